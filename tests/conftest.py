@@ -1,0 +1,46 @@
+"""Test configuration: offline always, tiny models built in code, once per session."""
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # any download attempt fails loudly
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from encoder_tasks.testing import FAMILIES, make_tiny_model  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("ENCODER_TASKS_DATA_DIR", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """Directory of a tiny random encoder per family, built once per session."""
+    root = tmp_path_factory.mktemp("tiny-models")
+    return {family: make_tiny_model(family, str(root / family)) for family in FAMILIES}
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tiny_models):
+    return tiny_models["bert"]
+
+
+@pytest.fixture
+def shared_data():
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent")
+    return SHARED_DATA
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path

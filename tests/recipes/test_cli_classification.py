@@ -1,0 +1,240 @@
+"""The real CLI, end to end, on tiny models and tiny files written here."""
+
+import json
+
+import pytest
+
+from encoder_tasks.cli import main
+from tests.conftest import write
+
+TRAIN = (
+    "text,label\n"
+    + "\n".join(
+        [
+            "the film was good and fun,pos",
+            "the movie was bad and boring,neg",
+            "I love this great movie,pos",
+            "I hate this awful film,neg",
+        ]
+        * 4
+    )
+    + "\n"
+)
+
+FAST = [
+    "--num_train_epochs",
+    "1",
+    "--per_device_train_batch_size",
+    "4",
+    "--logging_steps",
+    "1",
+    "--save_strategy",
+    "no",
+    "--report_to",
+    "none",
+]
+
+
+@pytest.fixture
+def data(tmp_path):
+    return write(tmp_path / "train.csv", TRAIN), write(tmp_path / "dev.csv", TRAIN)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "electra", "deberta-v2", "modernbert"])
+def test_train_evaluate_predict(tiny_models, data, tmp_path, family, capsys):
+    train, dev = data
+    out = tmp_path / "run"
+    assert (
+        main(
+            [
+                "classification",
+                "train",
+                "--model_name_or_path",
+                tiny_models[family],
+                "--train_file",
+                str(train),
+                "--validation_file",
+                str(dev),
+                "--output_dir",
+                str(out),
+                *FAST,
+            ]
+        )
+        == 0
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 0.0 <= metrics["eval_accuracy"] <= 1.0 and metrics["train_real_tokens_per_second"] > 0
+    assert json.loads((out / "encoder_tasks.json").read_text())["label_names"] == ["neg", "pos"]
+
+    assert (
+        main(["classification", "evaluate", "--model_name_or_path", str(out), "--validation_file", str(dev)])
+        == 0
+    )
+    first = json.loads((out / "eval" / "dev.json").read_text())
+    assert first["eval_accuracy"] == pytest.approx(metrics["eval_accuracy"])
+    assert (
+        main(["classification", "evaluate", "--model_name_or_path", str(out), "--validation_file", str(dev)])
+        == 0
+    )
+    assert (out / "eval" / "dev-2.json").is_file()  # never overwritten
+
+    preds = tmp_path / "preds.jsonl"
+    assert (
+        main(
+            [
+                "classification",
+                "predict",
+                "--model_dir",
+                str(out),
+                "--input_file",
+                str(dev),
+                "--output_file",
+                str(preds),
+            ]
+        )
+        == 0
+    )
+    rows = [json.loads(line) for line in preds.read_text().splitlines()]
+    assert [r["line"] for r in rows] == list(range(2, 18))  # input order
+    assert all(
+        r["label"] in ("neg", "pos") and abs(sum(r["probabilities"].values()) - 1) < 1e-4 for r in rows
+    )
+
+
+def test_existing_run_is_never_overwritten(tiny_bert, data, tmp_path, capsys):
+    train, _ = data
+    out = tmp_path / "run"
+    args = [
+        "classification",
+        "train",
+        "--model_name_or_path",
+        tiny_bert,
+        "--train_file",
+        str(train),
+        "--output_dir",
+        str(out),
+        *FAST,
+    ]
+    assert main(args) == 0
+    before = (out / "model.safetensors").read_bytes()
+    assert main(args) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert (out / "model.safetensors").read_bytes() == before
+    assert main([*args, "--overwrite_output_dir"]) == 0
+
+
+def test_predict_windows_long_texts(tiny_bert, data, tmp_path, capsys):
+    train, _ = data
+    out = tmp_path / "run"
+    assert (
+        main(
+            [
+                "classification",
+                "train",
+                "--model_name_or_path",
+                tiny_bert,
+                "--train_file",
+                str(train),
+                "--output_dir",
+                str(out),
+                "--max_length",
+                "16",
+                *FAST,
+            ]
+        )
+        == 0
+    )
+    long_text = " ".join(["the film was good and fun"] * 20)
+    inputs = write(
+        tmp_path / "in.jsonl", json.dumps({"text": long_text}) + "\n" + json.dumps({"text": "bad"}) + "\n"
+    )
+    preds = tmp_path / "p.jsonl"
+    assert (
+        main(
+            [
+                "classification",
+                "predict",
+                "--model_dir",
+                str(out),
+                "--input_file",
+                str(inputs),
+                "--output_file",
+                str(preds),
+                "--window_stride",
+                "4",
+            ]
+        )
+        == 0
+    )
+    rows = [json.loads(line) for line in preds.read_text().splitlines()]
+    assert rows[0]["windows"] > 1 and "windows" not in rows[1]
+    assert "1 long inputs windowed" in capsys.readouterr().out
+    # predicting again into the same file is refused
+    assert (
+        main(
+            [
+                "classification",
+                "predict",
+                "--model_dir",
+                str(out),
+                "--input_file",
+                str(inputs),
+                "--output_file",
+                str(preds),
+            ]
+        )
+        == 2
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["nosuchtask", "train"], "unknown task 'nosuchtask'"),
+        (["classification", "fly"], "expected an action"),
+        (
+            ["classification", "train", "--output_dir", "x", "--train_file", "missing.csv"],
+            "missing.csv: no such file",
+        ),
+        (
+            [
+                "classification",
+                "predict",
+                "--model_dir",
+                "nowhere",
+                "--input_file",
+                "a",
+                "--output_file",
+                "b",
+            ],
+            "nowhere",
+        ),
+    ],
+)
+def test_cli_errors_are_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_unwritable_output_dir_found_before_training(tiny_bert, data, tmp_path, capsys):
+    train, _ = data
+    blocker = write(tmp_path / "file", "x")
+    assert (
+        main(
+            [
+                "classification",
+                "train",
+                "--model_name_or_path",
+                tiny_bert,
+                "--train_file",
+                str(train),
+                "--output_dir",
+                str(blocker / "sub"),
+                *FAST,
+            ]
+        )
+        == 2
+    )
+    assert "cannot write there" in capsys.readouterr().err

@@ -1,0 +1,100 @@
+import pytest
+import torch
+
+from encoder_tasks.backbone import load_encoder, load_tokenizer
+from encoder_tasks.errors import UserError
+from encoder_tasks.heads import EncoderWithHead, Pooler
+from encoder_tasks.tasks.classification import SequenceClassifier
+from encoder_tasks.testing import FAMILIES
+
+
+def test_pooling_matches_brute_force():
+    torch.manual_seed(0)
+    states = torch.randn(3, 5, 4)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])  # last row: left padding
+    for mode in Pooler.MODES:
+        pooled = Pooler(mode)(states, mask)
+        for i in range(3):
+            real = states[i][mask[i].bool()]
+            expected = {"cls": real[0], "mean": real.mean(0), "max": real.max(0).values}[mode]
+            torch.testing.assert_close(pooled[i], expected)
+
+
+def test_pooling_rejects_unknown_mode():
+    with pytest.raises(UserError, match="pooling must be one of"):
+        Pooler("first")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("problem_type", ["single_label", "multi_label", "regression"])
+def test_any_encoder_through_the_classification_head(tiny_models, tmp_path, family, problem_type):
+    path = tiny_models[family]
+    tokenizer = load_tokenizer(path)
+    num_labels = 1 if problem_type == "regression" else 3
+    model = SequenceClassifier(
+        load_encoder(path), num_labels=num_labels, problem_type=problem_type, pooling="cls"
+    )
+    model.metadata["label_names"] = ["a", "b", "c"][:num_labels]
+    batch = tokenizer(
+        ["the film was good", "bad"], ["a pair", "of texts here"], padding=True, return_tensors="pt"
+    )
+    labels = {
+        "single_label": torch.tensor([0, 2]),
+        "multi_label": torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]),
+        "regression": torch.tensor([0.5, 4.0]),
+    }[problem_type]
+    out = model(**batch, labels=labels)
+    assert out.logits.shape == (2, num_labels)
+    out.loss.backward()
+    assert model.classifier.weight.grad is not None
+    # Save and reload: same logits, same metadata, no network.
+    model.eval()
+    expected = model(**batch).logits
+    model.save_pretrained(tmp_path / "m")
+    loaded = EncoderWithHead.from_pretrained(tmp_path / "m")
+    assert isinstance(loaded, SequenceClassifier)
+    assert loaded.metadata["label_names"] == model.metadata["label_names"]
+    torch.testing.assert_close(loaded(**batch).logits, expected)
+
+
+def test_token_type_ids_reach_encoders_that_take_them(tiny_models):
+    bert = SequenceClassifier(load_encoder(tiny_models["bert"]), num_labels=2).eval()
+    ids = torch.tensor([[2, 7, 8, 3, 9, 3]])
+    mask = torch.ones_like(ids)
+    a = bert(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)).logits
+    b = bert(input_ids=ids, attention_mask=mask, token_type_ids=torch.tensor([[0, 0, 0, 0, 1, 1]])).logits
+    assert not torch.allclose(a, b)
+    distil = SequenceClassifier(load_encoder(tiny_models["distilbert"]), num_labels=2).eval()
+    distil(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids))  # ignored, no error
+
+
+def test_padding_does_not_change_predictions(tiny_models):
+    for family in ("bert", "roberta", "deberta-v2"):
+        tokenizer = load_tokenizer(tiny_models[family])
+        model = SequenceClassifier(load_encoder(tiny_models[family]), num_labels=2).eval()
+        alone = model(**tokenizer(["good fun"], return_tensors="pt")).logits
+        padded = model(
+            **tokenizer(
+                ["good fun", "the film was very very good and fun"], padding=True, return_tensors="pt"
+            )
+        ).logits[:1]
+        torch.testing.assert_close(alone, padded, atol=1e-5, rtol=1e-4)
+
+
+def test_not_a_model_directory(tmp_path):
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(UserError, match="is not a model: expected config.json"):
+        load_encoder(str(tmp_path))
+    with pytest.raises(UserError, match="not a model saved by encoder-tasks"):
+        EncoderWithHead.from_pretrained(tmp_path)
+
+
+def test_run_directory_is_a_starting_point(tiny_bert, tmp_path):
+    model = SequenceClassifier(load_encoder(tiny_bert), num_labels=2)
+    with torch.no_grad():
+        model.encoder.embeddings.word_embeddings.weight.add_(1.0)
+    model.save_pretrained(tmp_path / "run")
+    encoder = load_encoder(str(tmp_path / "run"))
+    torch.testing.assert_close(
+        encoder.embeddings.word_embeddings.weight, model.encoder.embeddings.word_embeddings.weight
+    )
