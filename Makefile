@@ -20,7 +20,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 ifeq ($(strip $(ACCEL)),)
-  LAUNCH_FLAGS := --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no
+  LAUNCH_FLAGS := --num_processes 1 --num_machines 1 --dynamo_backend no
 else
   LAUNCH_FLAGS := --config_file recipes/accelerate/$(ACCEL).yaml
 endif

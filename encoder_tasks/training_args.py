@@ -5,11 +5,16 @@ Defaults are chosen to serve any dataset, not one we can see:
   fine-tuning recipe; warm-up keeps a freshly initialised head from wrecking the encoder),
 - batch size 32, 3 epochs,
 - length-grouped training batches (less padding: 1.4-2.4x measured on CPU),
-- non-padding tokens counted, so real tokens per second can be reported.
+- non-padding tokens counted, so real tokens per second can be reported,
+- bf16 autocast where the hardware runs it natively (``--mixed_precision auto``): GPUs with
+  bf16, and CPUs with AVX512-BF16 or AMX (measured 1.8x per MiniLM training step on an
+  AVX512-BF16 CPU). Losses, the CRF and metrics stay in fp32.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
@@ -64,10 +69,63 @@ class EncoderTrainingArguments(TrainingArguments):
         metadata={"help": "Pad batches to a multiple of this (tensor-core friendly); 0 or none to disable."},
     )
 
+    mixed_precision: str = field(
+        default="auto",
+        metadata={
+            "help": "auto (bf16 autocast where the GPU/CPU supports it natively, else fp32), no (fp32), "
+            "bf16 or fp16. --bf16/--fp16 given explicitly take precedence."
+        },
+    )
+
     def __post_init__(self):
         import torch
+
+        self._resolve_mixed_precision()
 
         # Pinned memory only helps copies to an accelerator; on CPU it just warns.
         if not torch.cuda.is_available():
             self.dataloader_pin_memory = False
         super().__post_init__()
+
+    def _resolve_mixed_precision(self) -> None:
+        choice = self.mixed_precision
+        if choice not in ("auto", "no", "bf16", "fp16"):
+            from .errors import UserError
+
+            raise UserError(f"--mixed_precision must be auto, no, bf16 or fp16, found {choice!r}")
+        if self.bf16 or self.fp16:
+            return
+        if choice == "auto":
+            launcher = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+            if launcher in ("bf16", "fp16"):  # an accelerate config that chose already
+                choice = launcher
+            else:
+                choice = "bf16" if native_bf16_available(self.use_cpu) else "no"
+        self.bf16 = choice == "bf16"
+        self.fp16 = choice == "fp16"
+        self.mixed_precision = choice
+        if self.bf16:
+            import torch
+
+            # transformers only accepts bf16 without a GPU when told it runs on the CPU.
+            self.use_cpu = self.use_cpu or not torch.cuda.is_available()
+
+
+@functools.lru_cache(maxsize=2)
+def native_bf16_available(use_cpu: bool = False) -> bool:
+    """True where bf16 matmuls run natively: a bf16 GPU, or a CPU with AVX512-BF16 / AMX.
+
+    Example:
+        >>> isinstance(native_bf16_available(), bool)
+        True
+    """
+    import torch
+
+    if torch.cuda.is_available() and not use_cpu:
+        return torch.cuda.is_bf16_supported()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next((line for line in handle if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))

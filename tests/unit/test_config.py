@@ -68,3 +68,31 @@ def test_every_recipe_parses():
 def test_load_recipe_missing(tmp_path):
     with pytest.raises(UserError, match="no such file"):
         load_recipe(tmp_path / "none.yaml")
+
+
+@pytest.mark.parametrize(
+    ("flags", "native", "env", "expected"),
+    [
+        ([], True, None, "bf16"),
+        ([], False, None, "no"),
+        (["--mixed_precision", "no"], True, None, "no"),
+        ([], False, "bf16", "bf16"),  # an accelerate config that chose bf16
+        ([], True, "no", "bf16"),  # `accelerate launch` alone says "no" by default; auto still detects
+    ],
+)
+def test_mixed_precision_auto(monkeypatch, flags, native, env, expected):
+    from encoder_tasks import training_args
+
+    monkeypatch.setattr(training_args, "native_bf16_available", lambda use_cpu=False: native)
+    if env is None:
+        monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    else:
+        monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", env)
+    (args,) = parse_args([EncoderTrainingArguments], ["--output_dir", "x", *flags])
+    assert args.mixed_precision == expected
+    assert args.bf16 == (expected == "bf16")
+
+
+def test_bad_mixed_precision():
+    with pytest.raises(UserError, match="--mixed_precision must be auto, no, bf16 or fp16"):
+        parse_args([EncoderTrainingArguments], ["--output_dir", "x", "--mixed_precision", "fp8"])
