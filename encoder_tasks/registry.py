@@ -31,4 +31,9 @@ TASKS: dict[str, TaskSpec] = {
         "encoder_tasks.tasks.classification",
         "Single-label, multi-label and regression on one text or a pair of texts.",
     ),
+    "qa": TaskSpec(
+        "qa",
+        "encoder_tasks.tasks.qa",
+        "Extractive question answering (SQuAD v1.1/v2.0, CMRC 2018): answer spans from a context.",
+    ),
 }

@@ -94,15 +94,19 @@ def print_metrics(title: str, metrics: dict) -> None:
     sys.stdout.flush()
 
 
-def _load_data(task, data_args, required):
+def _load_data(task, data_args, required, task_args=None):
     from .data import load_splits
 
     reader = getattr(task, "read_split", None)
-    return (
+    splits = (
         load_splits(data_args, reader=reader, required=required)
         if reader
         else load_splits(data_args, required=required)
     )
+    # A task may derive splits from the loaded ones before any subsetting (QA: hold out whole
+    # articles of the training file as the evaluation set).
+    derive = getattr(task, "derive_splits", None)
+    return derive(splits, task_args) if derive is not None and task_args is not None else splits
 
 
 def _subset(dataset, n, seed, shuffle):
@@ -157,7 +161,7 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
         model_args.tokenizer_name or model_args.model_name_or_path,
         trust_remote_code=model_args.trust_remote_code,
     )
-    splits = _limit_splits(_load_data(task, data_args, ("train",)), data_args, training_args.seed)
+    splits = _limit_splits(_load_data(task, data_args, ("train",), task_args), data_args, training_args.seed)
     prepared = task.prepare(splits, tokenizer, task_args, data_args)
     encoder = load_encoder(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
     model = task.build_model(encoder, prepared.head_kwargs)
@@ -218,7 +222,7 @@ def evaluate(task_name: str, model_args, data_args, task_args, training_args) ->
             f"{model_dir} holds a {model.task!r} model; use `encoder-tasks {model.task} evaluate`"
         )
     tokenizer = load_tokenizer(model_dir)
-    splits = _limit_splits(_load_data(task, data_args, ("validation",)), data_args, training_args.seed)
+    splits = _limit_splits(_load_data(task, data_args, ("validation",), task_args), data_args, training_args.seed)
     splits.pop("train", None)
     prepared = task.prepare(splits, tokenizer, task_args, data_args, metadata=model.metadata)
     scratch = tempfile.mkdtemp(prefix="encoder-tasks-eval-")
