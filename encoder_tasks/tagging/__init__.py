@@ -1,0 +1,1 @@
+"""Token tagging building blocks: alignment and windows, decoding, metrics, raw text."""
