@@ -1,7 +1,8 @@
 """Command line: ``encoder-tasks <task> train|evaluate|predict [--config recipe.yaml] [--flags]``.
 
 ``encoder-tasks recipes`` lists the ready-made recipes. Errors a user can fix print one line
-and exit with status 2 (``--debug`` shows the traceback).
+and exit with status 2, unexpected ones print one line and exit with 1 (``--debug`` shows the
+traceback).
 """
 
 from __future__ import annotations
@@ -88,10 +89,59 @@ def _run(argv: list[str]) -> int:
     return 0
 
 
+def _take_debug_flag(argv: list[str]) -> tuple[list[str], bool]:
+    """Remove a bare ``--debug`` (ours: show tracebacks) from ``argv``.
+
+    ``--debug VALUE`` (a value not starting with ``-``) is transformers' own training option
+    (e.g. ``underflow_overflow``) and is left for the parser.
+    """
+    kept, debug = [], False
+    for index, arg in enumerate(argv):
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if arg == "--debug" and (following is None or following.startswith("-")):
+            debug = True
+            continue
+        kept.append(arg)
+    return kept, debug
+
+
+def _describe_unexpected(exc: BaseException) -> tuple[str, int]:
+    """One line and an exit status for an exception no check anticipated."""
+    import errno
+
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return (
+            f"no space left on the device{where}; free some space (or choose another --output_dir) and "
+            "continue with --resume: complete checkpoints are kept",
+            2,
+        )
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return (
+            f"out of memory ({first or type(exc).__name__}); lower --per_device_train_batch_size "
+            "(raising --gradient_accumulation_steps keeps the effective batch) or --max_length",
+            1,
+        )
+    name = type(exc).__name__
+    return (
+        f"unexpected {name}: {first or '(no message)'}. This is probably a bug in encoder-tasks or a problem "
+        "with the installation; rerun with --debug to see the traceback",
+        1,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``encoder-tasks`` command; returns the exit status."""
+    """Entry point of the ``encoder-tasks`` command; returns the exit status.
+
+    Every failure ends in one line on stderr: problems the user can fix (bad data, a bad
+    recipe, a full disk) exit with 2, anything unexpected with 1, an interrupt with 130.
+    ``--debug`` (or ``ENCODER_TASKS_DEBUG=1``) raises instead, showing the traceback.
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
-    debug = "--debug" in argv or os.environ.get("ENCODER_TASKS_DEBUG") == "1"
+    argv, debug = _take_debug_flag(argv)
+    debug = debug or os.environ.get("ENCODER_TASKS_DEBUG") == "1"
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(levelname)s: %(message)s")
     for noisy in ("httpx", "urllib3", "filelock", "datasets"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -103,8 +153,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"encoder-tasks: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("encoder-tasks: interrupted", file=sys.stderr)
+        if debug:
+            raise
+        print(
+            "encoder-tasks: interrupted (complete checkpoints are kept; continue with --resume)",
+            file=sys.stderr,
+        )
         return 130
+    except Exception as exc:
+        if debug:
+            raise
+        message, status = _describe_unexpected(exc)
+        print(f"encoder-tasks: error: {message}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

@@ -45,15 +45,51 @@ def check_output_dir(args) -> None:
         raise UserError(f"--output_dir {out}: cannot write there ({exc.strerror or exc})") from None
 
 
-def check_free_space(output_dir: str, model) -> None:
-    """A checkpoint holds weights plus two AdamW moments: make sure at least one fits."""
-    n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    needed = 3 * n_bytes + (50 << 20)
+def checkpoint_bytes(model, args=None) -> tuple[int, str]:
+    """Disk bytes a run needs at its peak, and how that was counted.
+
+    A checkpoint holds the weights plus AdamW's two moments (3x the weights); while the
+    newest is written the older ones still exist, so with ``save_total_limit`` N the peak is
+    N + 1 checkpoints, plus the final model.
+    """
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    strategy = getattr(args, "save_strategy", "epoch")
+    strategy = getattr(strategy, "value", strategy)  # an enum once TrainingArguments parsed it
+    if strategy == "no":
+        return weights + (50 << 20), "the final model"
+    limit = getattr(args, "save_total_limit", None)
+    count = limit + 1 if limit and limit > 0 else 2  # unlimited: at least two (and it grows)
+    size = weights if getattr(args, "save_only_model", False) else 3 * weights
+    needed = count * size + weights + (50 << 20)
+    return needed, f"{count} checkpoints of {size >> 20} MiB + the final model"
+
+
+def check_free_space(output_dir: str, model, args=None) -> None:
+    """Refuse to start a run whose checkpoints cannot fit on the output directory's disk."""
+    needed, how = checkpoint_bytes(model, args)
     free = shutil.disk_usage(output_dir).free
     if free < needed:
         raise UserError(
-            f"--output_dir {output_dir}: {free >> 20} MiB free, a checkpoint needs about {needed >> 20} MiB"
+            f"--output_dir {output_dir}: {free >> 20} MiB free, the run needs about {needed >> 20} MiB "
+            f"({how}); free space, choose another --output_dir or lower --save_total_limit"
         )
+
+
+def find_resume_checkpoint(args) -> str:
+    """The newest complete checkpoint in ``args.output_dir`` (half-written ones are skipped)."""
+    from .checkpoints import last_complete_checkpoint, remove_leftovers
+
+    if args.should_save:
+        for name in remove_leftovers(args.output_dir):
+            print(f"[encoder-tasks] removed {name}: a checkpoint whose save was interrupted")
+    found = last_complete_checkpoint(args.output_dir)
+    if found is None:
+        raise UserError(
+            f"--resume: no complete checkpoint-* folder in {args.output_dir} to resume from; "
+            "drop --resume (and pass --overwrite_output_dir) to start again"
+        )
+    print(f"[encoder-tasks] resuming from {found}")
+    return str(found)
 
 
 def write_json(path: str | Path, data: dict) -> None:
@@ -144,18 +180,13 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
         >>> train("classification", model_args, data_args, task_args, training_args)  # doctest: +SKIP
     """
     from transformers import set_seed
-    from transformers.trainer_utils import get_last_checkpoint
 
     from .backbone import load_encoder, load_tokenizer
     from .registry import TASKS
 
     task = TASKS[task_name].load()
     check_output_dir(training_args)
-    resume_from = None
-    if training_args.resume:
-        resume_from = get_last_checkpoint(training_args.output_dir)
-        if resume_from is None:
-            raise UserError(f"--resume: no checkpoint-* folder in {training_args.output_dir} to resume from")
+    resume_from = find_resume_checkpoint(training_args) if training_args.resume else None
     set_seed(training_args.seed)
     tokenizer = load_tokenizer(
         model_args.tokenizer_name or model_args.model_name_or_path,
@@ -167,7 +198,7 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
     model = task.build_model(encoder, prepared.head_kwargs)
     model.metadata.update(prepared.metadata)
     model.metadata["base_model"] = model_args.model_name_or_path
-    check_free_space(training_args.output_dir, model)
+    check_free_space(training_args.output_dir, model, training_args)
 
     trainer = _trainer_class(task)(
         model=model,
@@ -181,6 +212,11 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume_from)
     metrics = {f"train_{k}" if not k.startswith("train_") else k: v for k, v in result.metrics.items()}
+    if resume_from is not None:
+        # transformers' train_loss covers the steps of this call only: say where it started.
+        from .checkpoints import checkpoint_step
+
+        metrics["train_resumed_from_step"] = checkpoint_step(resume_from)
     tokens = trainer.state.num_input_tokens_seen
     if tokens and result.metrics.get("train_runtime"):
         metrics["train_real_tokens_per_second"] = tokens / result.metrics["train_runtime"]

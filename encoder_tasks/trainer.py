@@ -3,18 +3,26 @@
 It overrides only what differs from the stock Trainer:
 - saving: heads are plain modules, so checkpoints are written with the head's own
   ``save_pretrained`` (config, weights, label names), and every checkpoint reloads;
+- checkpoints are written atomically (``tmp-checkpoint-N``, then renamed; see
+  :mod:`encoder_tasks.checkpoints`), so a kill never leaves a half-written one to resume;
+- length-grouped training batches come from a sampler seeded by (seed, epoch), so a resumed
+  run sees the same batches in the same order as an uninterrupted one;
 - evaluation batches are sorted by length (less padding, same metrics);
-- a NaN/inf training loss stops the run with a clear message.
+- a NaN/inf training loss stops the run at once with a clear message (last good checkpoint kept).
 """
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_callback import ExportableState
+from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from . import checkpoints
 from .errors import UserError
 from .heads import EncoderWithHead
 
@@ -23,16 +31,48 @@ class NonFiniteLossError(UserError):
     """Training produced a NaN or infinite loss."""
 
 
-class StopOnNonFiniteLoss(TrainerCallback):
-    """Stop as soon as a logged loss is NaN/inf; the last good checkpoint stays on disk."""
+def check_finite_loss(loss: torch.Tensor, state, output_dir: str) -> None:
+    """Raise :class:`NonFiniteLossError` if ``loss`` is NaN/inf, naming the last good checkpoint."""
+    if bool(torch.isfinite(loss).all()):
+        return
+    last = checkpoints.last_complete_checkpoint(output_dir) if output_dir else None
+    kept = (
+        f"the last good checkpoint, {last.name}, is kept in {output_dir} (continue it with --resume)"
+        if last is not None
+        else "no checkpoint was written before it"
+    )
+    raise NonFiniteLossError(
+        f"training loss became {loss.float().mean().item()} at step {state.global_step + 1} "
+        f"(epoch {state.epoch or 0:.2f}); lower --learning_rate, set --max_grad_norm, or check the "
+        f"labels for extreme values; {kept}"
+    )
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(loss):
-            raise NonFiniteLossError(
-                f"training loss became {loss} at step {state.global_step}; lower --learning_rate or check the "
-                f"labels. Checkpoints written before this step are kept in {args.output_dir}"
-            )
+
+class SeededLengthGroupedSampler(LengthGroupedSampler):
+    """transformers' length-grouped sampler, shuffled by a generator seeded with (seed, epoch).
+
+    The stock sampler draws from the global RNG at the moment an epoch starts; a run resumed
+    mid-epoch reaches that moment with a different RNG state and so trains on other batches.
+    Seeding by epoch makes the order a function of (seed, epoch) alone.
+
+    Example:
+        >>> s = SeededLengthGroupedSampler(2, lengths=[5, 1, 3, 2, 4, 6], seed=1)
+        >>> s.set_epoch(1); first = list(s); s.set_epoch(1)
+        >>> first == list(s), sorted(first)
+        (True, [0, 1, 2, 3, 4, 5])
+    """
+
+    def __init__(self, batch_size: int, lengths: list[int], seed: int = 0):
+        super().__init__(batch_size, lengths=lengths)
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
 
 
 class LengthSortedEvalMixin:
@@ -60,10 +100,85 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
         True
     """
 
-    def __init__(self, *args, **kwargs):
-        callbacks = list(kwargs.pop("callbacks", None) or [])
-        callbacks.append(StopOnNonFiniteLoss())
-        super().__init__(*args, callbacks=callbacks, **kwargs)
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        # Every micro-batch, before the optimizer step: the weights are still the last good ones.
+        # (The stock loop already syncs on this value each step for logging_nan_inf_filter.)
+        check_finite_loss(loss, self.state, self.args.output_dir)
+        return loss
+
+    def _get_train_sampler(self, train_dataset=None):
+        train_dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if self.args.train_sampling_strategy != "group_by_length" or not hasattr(train_dataset, "__len__"):
+            return super()._get_train_sampler(train_dataset)
+        # The Trainer hands over the dataset after dropping columns the model does not take
+        # (``length`` among them): read the lengths from the full training set when it has them.
+        column = self.args.length_column_name
+        lengths = None
+        for source in (train_dataset, self.train_dataset):
+            names = getattr(source, "column_names", None) or []
+            if column in names and len(source) == len(train_dataset):
+                lengths = list(source[column])
+                break
+        if lengths is None:
+            name = (
+                self.processing_class.model_input_names[0]
+                if self.processing_class is not None
+                else "input_ids"
+            )
+            lengths = [len(row[name]) for row in train_dataset]
+        return SeededLengthGroupedSampler(
+            self.args.train_batch_size * self.args.gradient_accumulation_steps,
+            lengths=lengths,
+            seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+        )
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """The stock checkpoint, written to ``tmp-checkpoint-N`` and renamed when whole.
+
+        Mirrors ``Trainer._save_checkpoint`` (transformers 5.x) step for step; only the
+        folder it writes into and the final rename differ.
+        """
+        if self.hp_search_backend is None and trial is None:
+            self.store_flos()
+        run_dir = self._get_output_dir(trial=trial)
+        final = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        staging = str(checkpoints.staging_path(final))
+        if self.args.should_save:
+            checkpoints.remove_leftovers(run_dir)  # from a save that was killed
+        self.accelerator.wait_for_everyone()
+        self.save_model(staging, _internal_call=True)
+        if self.args.save_strategy in ("steps", "epoch", "best") and self.state.best_global_step:
+            best = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.best_global_step}")
+            if self.state.best_global_step == self.state.global_step or os.path.exists(best):
+                self.state.best_model_checkpoint = best
+        if not self.args.save_only_model:
+            self._save_optimizer_and_scheduler(staging)
+            self._save_scaler(staging)
+            self._save_rng_state(staging)
+        if self.args.should_save:
+            for cb in [
+                c for c in self.callback_handler.callbacks + [self.control] if isinstance(c, ExportableState)
+            ]:
+                name = cb.__class__.__name__
+                if isinstance(self.state.stateful_callbacks[name], list):
+                    self.state.stateful_callbacks[name].append(cb.state())
+                else:
+                    self.state.stateful_callbacks[name] = cb.state()
+            self.state.save_to_json(os.path.join(staging, TRAINER_STATE_NAME))
+        self.accelerator.wait_for_everyone()  # every process has written its part (RNG states)
+        if self.args.should_save:
+            checkpoints.publish(staging, final)
+        self.accelerator.wait_for_everyone()
+        if self.args.push_to_hub:
+            self._push_from_checkpoint(final)
+        if self.args.should_save:
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         output_dir = output_dir if output_dir is not None else self.args.output_dir
