@@ -12,6 +12,7 @@ from .runtime import configure_cpu_runtime
 
 configure_cpu_runtime()
 
+import importlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -20,14 +21,21 @@ from pathlib import Path  # noqa: E402
 from .errors import UserError  # noqa: E402
 from .registry import TASKS  # noqa: E402
 
-ACTIONS = ("train", "evaluate", "predict")
+ACTIONS = ("train", "evaluate", "predict", "search")
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+TOOLS = {
+    "recipes": ("encoder_tasks.recipes", "main"),
+    "export": ("encoder_tasks.export", "main"),
+    "plot": ("encoder_tasks.plots", "main"),
+}
 
 
 def _usage() -> str:
     lines = [
-        "usage: encoder-tasks <task> {train,evaluate,predict} [--config RECIPE.yaml] [--flag value ...]",
-        "       encoder-tasks recipes",
+        "usage: encoder-tasks <task> {train,evaluate,predict,search} [--config RECIPE.yaml] [--flag value ...]",
+        "       encoder-tasks recipes [ls [TASK] | cp NAME DEST | validate FILE]",
+        "       encoder-tasks export RUN_DIR DEST [--format auto|transformers|sentence-transformers|onnx]",
+        "       encoder-tasks plot RUN_DIR",
         "",
         "tasks:",
     ]
@@ -60,10 +68,9 @@ def _run(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
-    if argv[0] == "recipes":
-        for row in list_recipes():
-            print(f"{row['recipe']:<48} {row['task']:<15} {row['model']:<42} {row['data']}")
-        return 0
+    if argv[0] in TOOLS:  # commands that are not a task: recipes, export, plot
+        module_name, function = TOOLS[argv[0]]
+        return getattr(importlib.import_module(module_name), function)(argv[1:])
     task_name, rest = argv[0], argv[1:]
     if task_name not in TASKS:
         raise UserError(f"unknown task {task_name!r}; choose one of: {', '.join(TASKS)}")
@@ -75,6 +82,17 @@ def _run(argv: list[str]) -> int:
     task = TASKS[task_name].load()
     from .config import DataArguments, ModelArguments, parse_args
 
+    if action == "search":
+        from .search import main as search_main
+
+        return search_main(task_name, flags, prog)
+    if action == "evaluate":
+        from .compare import evaluate_many, split_files
+
+        files, others = split_files(flags)
+        if len(files) > 1:  # several datasets: one table side by side
+            evaluate_many(task_name, files, others, prog)
+            return 0
     if action == "predict":
         (predict_args,) = parse_args([task.PredictArguments], flags, prog=prog)
         task.predict_file(predict_args)

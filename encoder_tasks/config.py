@@ -46,6 +46,19 @@ class ModelArguments:
     trust_remote_code: bool = field(
         default=False, metadata={"help": "Allow model code from the Hub (only for models that need it)."}
     )
+    lora_r: int | None = field(
+        default=None,
+        metadata={
+            "help": "Train LoRA adapters of this rank instead of the whole encoder (needs peft); the final "
+            "model has them merged in. See docs/ecosystem.md."
+        },
+    )
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA scaling alpha (default: 2 * lora_r)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA input."})
+    lora_target_modules: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated linear layers to adapt (default: the attention query/value of the family)."},
+    )
 
 
 @dataclass
@@ -239,6 +252,9 @@ class PredictArguments:
         default=None, metadata={"help": "Names for a table without a header row."}
     )
     encoding: str = field(default="utf-8", metadata={"help": "Text encoding of input_file."})
+    disable_tqdm: bool = field(
+        default=False, metadata={"help": "Hide the progress bar (it is hidden anyway when stderr is not a terminal)."}
+    )
 
     def check(self) -> None:
         """Fail early, before loading a model, on missing or clashing paths."""

@@ -12,7 +12,7 @@ task           exported as                             condition
 classification ``AutoModelForSequenceClassification``  ``--pooling cls`` (see below)
 pair           ``AutoModelForSequenceClassification``  ``--pooling cls``
 ner            ``AutoModelForTokenClassification``     no CRF (a CRF goes to ONNX + numpy Viterbi)
-qa             ``AutoModelForQuestionAnswering``       always
+qa             ``AutoModelForQuestionAnswering``       always (transformers 5 has no QA pipeline)
 embedding      sentence-transformers directory          always
 ============== ======================================= =========================================
 
@@ -458,7 +458,10 @@ def crf_arrays(crf) -> dict[str, np.ndarray]:
     """The CRF's decoding scores with its transition constraints folded in (``LinearChainCRF.scores``)."""
     with torch.no_grad():
         transitions, start, end = crf.scores()
-    return {"transitions": transitions.numpy(), "start": start.numpy(), "end": end.numpy()}
+    return {
+        name: t.detach().cpu().numpy()
+        for name, t in (("transitions", transitions), ("start", start), ("end", end))
+    }
 
 
 def viterbi_numpy(emissions: np.ndarray, mask: np.ndarray, transitions, start, end) -> list[list[int]]:
@@ -534,7 +537,9 @@ class OnnxModel:
 
     def decode_tags(self, logits: np.ndarray, mask: np.ndarray) -> list[list[str]]:
         """Tag names per real position: CRF Viterbi when the model has a CRF, else argmax."""
-        names = self.metadata.get("label_names") or []
+        names = (
+            self.metadata.get("label_names") or self.metadata.get("head_config", {}).get("label_names") or []
+        )
         if self.crf is not None:
             paths = viterbi_numpy(logits, mask, self.crf["transitions"], self.crf["start"], self.crf["end"])
         else:

@@ -167,6 +167,10 @@ class EncoderWithHead(nn.Module):
         if cls is not EncoderWithHead and not issubclass(head_cls, cls):
             raise UserError(f"{path} holds a {metadata.get('task')!r} model, not a {cls.task!r} model")
         encoder = _encoder_from_config(path)
+        if metadata.get("lora"):  # a LoRA checkpoint: adapters stored apart, re-inject before loading
+            from .adapters import add_lora
+
+            add_lora(encoder, metadata["lora"])
         model = head_cls(encoder, **metadata.get("head_config", {}))
         model.metadata = {
             k: v

@@ -282,3 +282,20 @@ def plot_run(run_dir: str | os.PathLike, predictions=None, label_ids=None) -> li
     written = [plot_learning_curves(read_log(run_dir), run_dir)]
     written += plot_predictions(metadata.get("task", ""), metadata, metrics, predictions, label_ids, run_dir)
     return [p for p in written if p is not None]
+
+
+def main(argv: list[str]) -> int:
+    """``encoder-tasks plot RUN_DIR``: (re)draw the plots of a finished run."""
+    if not argv or argv[0] in ("-h", "--help") or len(argv) != 1:
+        print("usage: encoder-tasks plot RUN_DIR")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    if _pyplot() is None:
+        raise UserError(matplotlib_missing_message())
+    written = plot_run(argv[0])
+    if not written:
+        print(
+            f"[encoder-tasks] nothing to plot in {argv[0]} (no log.jsonl, trainer_state.json or predictions)"
+        )
+    for path in written:
+        print(f"[encoder-tasks] wrote {path}")
+    return 0

@@ -181,8 +181,11 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
     """
     from transformers import set_seed
 
+    from .adapters import apply_lora, merge_model_lora
     from .backbone import load_encoder, load_tokenizer
     from .registry import TASKS
+    from .run_report import report_run
+    from .tracking import JsonLinesLogger, PredictionRecorder
 
     task = TASKS[task_name].load()
     check_output_dir(training_args)
@@ -198,7 +201,10 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
     model = task.build_model(encoder, prepared.head_kwargs)
     model.metadata.update(prepared.metadata)
     model.metadata["base_model"] = model_args.model_name_or_path
+    apply_lora(model, model_args)  # no-op unless --lora_r
     check_free_space(training_args.output_dir, model, training_args)
+    # Keeps the last evaluation's predictions for the plots (no extra pass over the data).
+    recorder = PredictionRecorder(prepared.compute_metrics) if prepared.compute_metrics else None
 
     trainer = _trainer_class(task)(
         model=model,
@@ -207,7 +213,8 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
         eval_dataset=prepared.eval,
         data_collator=prepared.collator(training_args.pad_to_multiple_of),
         processing_class=tokenizer,
-        compute_metrics=prepared.compute_metrics,
+        compute_metrics=recorder,
+        callbacks=[JsonLinesLogger()],
     )
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume_from)
@@ -226,6 +233,7 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
         metrics.update(trainer.evaluate())
     metrics.update({f"tuned_{k}": v for k, v in extra.items()})
     metrics["wall_seconds"] = time.perf_counter() - start
+    merge_model_lora(model)  # the final model is plain: it reloads and exports without peft
     trainer.save_model(training_args.output_dir)
     if trainer.is_world_process_zero():
         model_dir = Path(training_args.output_dir)
@@ -241,6 +249,9 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
             },
         )
         print_metrics(f"{task_name}: final metrics (saved to {model_dir / METRICS_FILE})", metrics)
+        report_run(
+            model_dir, task_name, model, metrics, recorder, (model_args, data_args, task_args, training_args)
+        )
     return metrics
 
 

@@ -1,0 +1,177 @@
+"""The ecosystem around a run, end to end through the real CLI on a tiny model: JSON-lines log,
+model card, plots, multi-file evaluation, LoRA, hyperparameter search, recipes commands."""
+
+import json
+
+import pytest
+from safetensors.torch import load_file
+
+from encoder_tasks.cli import main
+from encoder_tasks.heads import EncoderWithHead
+from tests.conftest import write
+
+ROWS = [
+    "the film was good and fun,pos",
+    "the movie was bad and boring,neg",
+    "I love this great movie,pos",
+    "I hate this awful film,neg",
+]
+TRAIN = "text,label\n" + "\n".join(ROWS * 4) + "\n"
+OTHER = "text,label\n" + "\n".join(ROWS[:2]) + "\n"
+FAST = ["--num_train_epochs", "2", "--per_device_train_batch_size", "4", "--logging_steps", "1"]
+FAST += ["--report_to", "none", "--eval_strategy", "epoch", "--disable_tqdm", "true"]
+
+
+@pytest.fixture
+def data(tmp_path):
+    return (
+        write(tmp_path / "train.csv", TRAIN),
+        write(tmp_path / "dev.csv", TRAIN),
+        write(tmp_path / "other.csv", OTHER),
+    )
+
+
+def _train(model, data, out, *extra):
+    train, dev, _ = data
+    argv = ["classification", "train", "--model_name_or_path", model, "--train_file", str(train)]
+    argv += ["--validation_file", str(dev), "--output_dir", str(out), *FAST, *extra]
+    assert main(argv) == 0
+
+
+def test_run_leaves_log_card_plots_and_compares_datasets(tiny_bert, data, tmp_path, capsys):
+    out = tmp_path / "run"
+    _train(tiny_bert, data, out, "--save_strategy", "no")
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert (
+        any("loss" in r for r in records) and sum("eval_accuracy" in r for r in records) == 3
+    )  # 2 epochs + final
+    assert all("step" in r and "epoch" in r for r in records)
+
+    card = (out / "README.md").read_text()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert f"base_model: {tiny_bert}" in card
+    assert "| learning_rate | 5e-05 |" in card and "| num_train_epochs | 2.0 |" in card
+    assert f"| eval_accuracy | {metrics['eval_accuracy']:.4g} |" in card
+    assert "encoder-tasks classification train --model_name_or_path" not in card or "--output_dir" in card
+    assert "train.csv" in card and "## Reproduce" in card
+
+    pytest.importorskip("matplotlib")
+    for name in ("learning_curves.png", "confusion_matrix.png", "score_distribution.png"):
+        assert (out / name).stat().st_size > 1000
+        (out / name).unlink()
+    assert main(["plot", str(out)]) == 0  # redrawn from log.jsonl + eval_predictions.npz
+    assert (out / "learning_curves.png").is_file() and (out / "confusion_matrix.png").is_file()
+
+    _, dev, other = data
+    capsys.readouterr()
+    argv = [
+        "classification",
+        "evaluate",
+        "--model_name_or_path",
+        str(out),
+        "--validation_file",
+        str(dev),
+        str(other),
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "side by side" in printed and "dev.csv" in printed and "other.csv" in printed
+    table = (out / "eval" / "comparison.md").read_text()
+    assert table.startswith("| metric | dev.csv | other.csv |") and "eval_accuracy" in table
+    assert json.loads((out / "eval" / "other.json").read_text())["data"].endswith("other.csv")
+
+
+def test_lora_run_reloads_from_checkpoint_and_final_model(tiny_bert, data, tmp_path):
+    pytest.importorskip("peft")
+    out = tmp_path / "lora"
+    _train(tiny_bert, data, out, "--lora_r", "4", "--learning_rate", "1e-3", "--save_strategy", "epoch")
+    final = load_file(str(out / "model.safetensors"))
+    assert not any("lora_" in k or "base_layer" in k for k in final)  # merged: a plain model
+    meta = json.loads((out / "encoder_tasks.json").read_text())
+    assert "lora" not in meta and meta["lora_merged"].startswith("r=4")
+    checkpoint = sorted(out.glob("checkpoint-*"))[-1]
+    assert any("lora_A" in k for k in load_file(str(checkpoint / "model.safetensors")))
+
+    import torch
+
+    from encoder_tasks.backbone import load_tokenizer
+
+    # The last checkpoint (adapters apart) and the final model (merged) give the same logits.
+    tokenizer = load_tokenizer(str(out))
+    batch = tokenizer(["the film was good", "awful"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        a = EncoderWithHead.from_pretrained(checkpoint)(**batch).logits
+        b = EncoderWithHead.from_pretrained(out)(**batch).logits
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    _, dev, _ = data
+    argv = ["classification", "predict", "--model_dir", str(out), "--input_file", str(dev)]
+    assert main([*argv, "--output_file", str(tmp_path / "p.jsonl")]) == 0
+    assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 16
+
+
+def test_lora_bad_target_is_a_user_error(tiny_bert, data, tmp_path, capsys):
+    pytest.importorskip("peft")
+    train, dev, _ = data
+    argv = ["classification", "train", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
+    argv += ["--output_dir", str(tmp_path / "x"), "--lora_r", "4", "--lora_target_modules", "nope", *FAST[:2]]
+    assert main(argv) == 2
+    assert "--lora_target_modules" in capsys.readouterr().err
+
+
+def test_search_runs_trials_and_reports_the_best(tiny_bert, data, tmp_path, capsys):
+    pytest.importorskip("optuna")
+    train, dev, _ = data
+    out = tmp_path / "search"
+    argv = ["classification", "search", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
+    argv += ["--validation_file", str(dev), "--output_dir", str(out), "--n_trials", "3"]
+    argv += [
+        "--search_learning_rate",
+        "1e-4,1e-2",
+        "--search_batch_size",
+        "4,8",
+        *FAST[:2],
+        "--report_to",
+        "none",
+    ]
+    assert main(argv) == 0
+    result = json.loads((out / "search_results.json").read_text())
+    assert result["metric"] == "eval_accuracy" and result["direction"] == "maximize"
+    assert len(result["trials"]) == 3 and all(t["state"] == "COMPLETE" for t in result["trials"])
+    values = [t["value"] for t in result["trials"]]
+    assert result["best"]["value"] == max(values)
+    assert {t["params"]["per_device_train_batch_size"] for t in result["trials"]} <= {4, 8}
+    assert all(1e-4 <= t["params"]["learning_rate"] <= 1e-2 for t in result["trials"])
+    assert "train with it: encoder-tasks classification train" in capsys.readouterr().out
+
+
+def test_search_rejects_a_bad_range(tiny_bert, data, tmp_path, capsys):
+    train, dev, _ = data
+    argv = ["classification", "search", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
+    argv += [
+        "--validation_file",
+        str(dev),
+        "--output_dir",
+        str(tmp_path / "s"),
+        "--search_learning_rate",
+        "1e-2,1e-4",
+    ]
+    assert main(argv) == 2
+    assert "low <= high" in capsys.readouterr().err
+
+
+def test_recipes_list_copy_validate(tmp_path, capsys):
+    assert main(["recipes"]) == 0
+    listed = capsys.readouterr().out
+    assert "classification/default" in listed and "cls/sst2/train.tsv" in listed
+    target = tmp_path / "mine.yaml"
+    assert main(["recipes", "cp", "classification/default", str(target)]) == 0
+    assert target.read_text().startswith("#")
+    assert main(["recipes", "cp", "classification/default", str(target)]) == 2  # never overwrites
+    capsys.readouterr()
+    assert main(["recipes", "validate", str(target), "--task", "classification"]) == 0
+    assert "valid classification recipe" in capsys.readouterr().out
+    target.write_text(target.read_text() + "learning_rat: 1e-4\n")
+    assert main(["recipes", "validate", str(target), "--task", "classification"]) == 2
+    assert "did you mean 'learning_rate'" in capsys.readouterr().err
+    assert main(["recipes", "cp", "classification/defualt", str(tmp_path / "b.yaml")]) == 2
+    assert "did you mean classification/default" in capsys.readouterr().err
