@@ -116,6 +116,13 @@ class PredictionRecorder:
         self.predictions = None
         self.label_ids = None
 
+    def __getattr__(self, name):
+        # Tasks reach into their metrics object (QA's ``tune_null_threshold``, NER's ``bind``):
+        # everything not defined here is the wrapped object's.
+        if name.startswith("__") or name == "compute_metrics":
+            raise AttributeError(name)
+        return getattr(self.__dict__["compute_metrics"], name)
+
     def __call__(self, eval_pred):
         preds = eval_pred.predictions
         self.predictions = preds[0] if isinstance(preds, tuple) and len(preds) == 1 else preds
@@ -137,7 +144,13 @@ class PredictionRecorder:
         return True
 
 
-def progress(iterable=None, desc: str | None = None, total: int | None = None, disable: bool | None = None):
+def progress(
+    iterable=None,
+    desc: str | None = None,
+    total: int | None = None,
+    disable: bool | None = None,
+    unit: str = "it",
+):
     """A tqdm bar on stderr; hidden when stderr is not a terminal, when ``disable`` is True,
     or when ``ENCODER_TASKS_DISABLE_TQDM=1``."""
     from tqdm.auto import tqdm
@@ -145,4 +158,4 @@ def progress(iterable=None, desc: str | None = None, total: int | None = None, d
     if disable is None:
         disable = False
     hidden = disable or os.environ.get("ENCODER_TASKS_DISABLE_TQDM") == "1" or not sys.stderr.isatty()
-    return tqdm(iterable, desc=desc, total=total, disable=hidden, leave=False, dynamic_ncols=True)
+    return tqdm(iterable, desc=desc, total=total, unit=unit, disable=hidden, leave=False, dynamic_ncols=True)

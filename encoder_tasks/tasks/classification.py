@@ -482,6 +482,7 @@ def predict_texts(
     max_length=None,
     long_text="window",
     stride=64,
+    disable_tqdm: bool | None = None,
 ) -> tuple[list[dict], int]:
     """Predict labels for texts; returns one result per text in input order, and how many
     texts were longer than ``max_length`` (windowed or truncated).
@@ -510,7 +511,10 @@ def predict_texts(
     order = sorted(range(len(owners)), key=lambda i: len(enc["input_ids"][i]))
     device = model.device
     logits_per_feature: list[np.ndarray | None] = [None] * len(owners)
-    for start in range(0, len(order), batch_size):
+    from ..tracking import progress
+
+    batches = range(0, len(order), batch_size)
+    for start in progress(batches, desc="predicting", unit="batch", disable=disable_tqdm):
         chunk = order[start : start + batch_size]
         batch = tokenizer.pad([{k: enc[k][i] for k in keys} for i in chunk], return_tensors="pt")
         out = model(**{k: v.to(device) for k, v in batch.items()})
@@ -596,6 +600,7 @@ def predict_file(args: ClassificationPredictArguments) -> dict:
         max_length=args.max_length,
         long_text=args.long_text,
         stride=args.window_stride,
+        disable_tqdm=args.disable_tqdm,
     )
     if long_count:
         how = (
