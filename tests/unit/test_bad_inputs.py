@@ -1,0 +1,598 @@
+"""The bad-input catalogue: every case drives the real CLI and must end in ONE line that names
+the place and the fix, with exit status 2, no traceback, and the user's files unchanged.
+
+``docs/reliability.md`` lists the same cases as a table. A case is
+``(id, task, action, files, flags, expected)``: ``files`` are written under ``{data}``,
+``flags`` and ``expected`` may name ``{data}``, ``{model}`` (a tiny encoder), ``{cls_run}`` /
+``{ner_run}`` (tiny trained runs) and ``{out}`` (a fresh output directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from encoder_tasks.cli import main
+from encoder_tasks.errors import UserError
+from tests.conftest import write
+
+TRAIN_CSV = "text,label\ngood film,pos\nbad film,neg\nfine plot,pos\ndull plot,neg\n"
+CONLL = "john\tB-PER\nlives\tO\nin\tO\nparis\tB-LOC\n\nmary\tB-PER\nleft\tO\n"
+CONTEXT = "john smith lives in paris ."
+
+
+def squad(answer_text="john smith", answer_start=0, context=CONTEXT, question="who lives in paris ?"):
+    qa = {"id": "q1", "question": question, "answers": [{"text": answer_text, "answer_start": answer_start}]}
+    return json.dumps(
+        {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [qa]}]}]}
+    )
+
+
+def jsonl(*rows) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+FAST = {
+    "train": [
+        "--num_train_epochs",
+        "1",
+        "--per_device_train_batch_size",
+        "4",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--mixed_precision",
+        "no",
+    ],
+    "evaluate": ["--report_to", "none", "--mixed_precision", "no"],
+    "predict": [],
+}
+
+
+@dataclass
+class Case:
+    id: str
+    task: str
+    action: str
+    files: dict = field(default_factory=dict)
+    flags: list = field(default_factory=list)
+    expected: str = ""
+    #: train/evaluate get --model_name_or_path/--output_dir/fast flags unless False
+    defaults: bool = True
+
+
+def cls(id, files, flags, expected, action="train", **kw):
+    if action == "train" and "train.csv" not in files and not any(f == "--train_file" for f in flags):
+        files = {"train.csv": TRAIN_CSV, **files}
+        flags = ["--train_file", "{data}/train.csv", *flags]
+    return Case(id, "classification", action, files, flags, expected, **kw)
+
+
+CASES = [
+    # ---- readers (tables, JSON, JSON lines), through classification ----
+    cls(
+        "csv-missing-text-column",
+        {"t.csv": "sentence,label\nhi,a\nho,b\n"},
+        ["--train_file", "{data}/t.csv"],
+        "{data}/t.csv: no text column 'text'; found columns ['sentence', 'label']. Pass --text_column",
+    ),
+    cls(
+        "csv-missing-label-column",
+        {"t.csv": "text,target\nhi,a\nho,b\n"},
+        ["--train_file", "{data}/t.csv"],
+        "{data}/t.csv: no label column 'label'; found columns ['text', 'target']. Pass --label_column",
+    ),
+    cls(
+        "csv-ragged-row",
+        {"t.csv": "text,label\na,1\nb\n"},
+        ["--train_file", "{data}/t.csv"],
+        "{data}/t.csv line 3: expected 2 fields separated by ',', found 1",
+    ),
+    cls(
+        "csv-duplicate-header",
+        {"t.csv": "text,text\na,b\n"},
+        ["--train_file", "{data}/t.csv"],
+        "{data}/t.csv line 1: the header repeats a column name",
+    ),
+    cls("csv-empty-file", {"t.csv": ""}, ["--train_file", "{data}/t.csv"], "{data}/t.csv: the file is empty"),
+    cls(
+        "csv-header-only",
+        {"t.csv": "text,label\n"},
+        ["--train_file", "{data}/t.csv"],
+        "{data}/t.csv: no data rows (only a header?)",
+    ),
+    cls(
+        "csv-not-utf8",
+        {"t.csv": b"text,label\ncaf\xe9,1\nok,0\n"},
+        ["--train_file", "{data}/t.csv"],
+        "{data}/t.csv line 2, column 4: byte 0xe9 is not valid utf-8; re-save the file as UTF-8 or pass --encoding",
+    ),
+    cls(
+        "jsonl-malformed-line",
+        {"t.jsonl": '{"text": "a", "label": 1}\n{"text": "b", "label": 0}\n{"text": \n'},
+        ["--train_file", "{data}/t.jsonl"],
+        "{data}/t.jsonl line 3: not valid JSON",
+    ),
+    cls(
+        "jsonl-not-an-object",
+        {"t.jsonl": '{"text": "a", "label": 1}\n[1, 2]\n'},
+        ["--train_file", "{data}/t.jsonl"],
+        "{data}/t.jsonl line 2: expected a JSON object, found list",
+    ),
+    cls(
+        "jsonl-not-utf8",
+        {"t.jsonl": b'{"text": "ok", "label": 1}\n{"text": "\xff", "label": 0}\n'},
+        ["--train_file", "{data}/t.jsonl"],
+        "{data}/t.jsonl line 2, column 11: byte 0xff is not valid utf-8",
+    ),
+    cls(
+        "jsonl-mixed-types",
+        {"t.jsonl": jsonl({"text": "a", "label": 1}, {"text": ["b"], "label": 0})},
+        ["--train_file", "{data}/t.jsonl"],
+        "{data}/t.jsonl: columns of mixed types cannot be read together",
+    ),
+    cls(
+        "json-malformed",
+        {"t.json": '[{"text": "a",\n "label": }]'},
+        ["--train_file", "{data}/t.json"],
+        "{data}/t.json line 2: not valid JSON",
+    ),
+    cls(
+        "json-not-records",
+        {"t.json": '{"rows": 3}'},
+        ["--train_file", "{data}/t.json"],
+        "{data}/t.json: expected a JSON array of records",
+    ),
+    cls(
+        "unknown-format",
+        {"t.parquet": "zzz"},
+        ["--train_file", "{data}/t.parquet"],
+        "{data}/t.parquet: unknown format '.parquet'; expected .csv, .tsv, .json, .jsonl or a folder",
+    ),
+    cls(
+        "missing-file", {}, ["--train_file", "{data}/nope.csv"], "--train_file {data}/nope.csv: no such file"
+    ),
+    cls("unknown-encoding", {}, ["--encoding", "klingon"], "--encoding 'klingon': unknown text encoding"),
+    cls("bad-delimiter", {}, ["--delimiter", ";;"], "--delimiter must be one character, 'tab' or 'auto'"),
+    # ---- classification: rows and labels ----
+    cls(
+        "empty-text",
+        {"t.csv": "text,label\ngood,pos\n ,neg\n"},
+        ["--train_file", "{data}/t.csv"],
+        "{data}/t.csv line 3: column 'text' is empty; every row needs text",
+    ),
+    cls(
+        "empty-label",
+        {"t.csv": "text,label\ngood,pos\nbad,\n"},
+        ["--train_file", "{data}/t.csv"],
+        "{data}/t.csv line 3: column 'label' is empty; every row needs a label",
+    ),
+    cls(
+        "single-class",
+        {"t.csv": "text,label\ngood,pos\nfine,pos\n"},
+        ["--train_file", "{data}/t.csv"],
+        "holds a single label ['pos']; classification needs at least two",
+    ),
+    cls(
+        "regression-not-a-number",
+        {"t.csv": "text,label\ngood,0.5\nbad,lots\n"},
+        ["--train_file", "{data}/t.csv", "--problem_type", "regression"],
+        "{data}/t.csv line 3: column 'label' expected a number, found 'lots'",
+    ),
+    cls(
+        "eval-label-unseen-in-training",
+        {"dev.csv": "text,label\ngood,pos\nmeh,neutral\n"},
+        ["--validation_file", "{data}/dev.csv"],
+        "{data}/dev.csv line 3: label 'neutral' never appears in the training data (known labels: neg, pos)",
+    ),
+    cls(
+        "evaluate-label-unseen-in-training",
+        {"dev.csv": "text,label\ngood,pos\nmeh,neutral\n"},
+        ["--model_name_or_path", "{cls_run}", "--validation_file", "{data}/dev.csv"],
+        "{data}/dev.csv line 3: label 'neutral' never appears in the training data",
+        action="evaluate",
+        defaults=False,
+    ),
+    cls(
+        "class-weights-count",
+        {},
+        ["--class_weights", "1,2,3"],
+        "--class_weights: 3 weights given for 2 labels",
+    ),
+    cls("problem-type-unknown", {}, ["--problem_type", "ranking"], "--problem_type must be one of"),
+    cls(
+        "predict-missing-text-column",
+        {"in.jsonl": jsonl({"sentence": "hi"})},
+        ["--model_dir", "{cls_run}", "--input_file", "{data}/in.jsonl", "--output_file", "{out}/p.jsonl"],
+        "{data}/in.jsonl: no text column 'text'; found columns ['sentence']",
+        action="predict",
+    ),
+    cls(
+        "predict-empty-text",
+        {"in.jsonl": jsonl({"text": "hi"}, {"text": ""})},
+        ["--model_dir", "{cls_run}", "--input_file", "{data}/in.jsonl", "--output_file", "{out}/p.jsonl"],
+        "{data}/in.jsonl line 2: column 'text' is empty",
+        action="predict",
+    ),
+    cls(
+        "predict-output-exists",
+        {"in.jsonl": jsonl({"text": "hi"}), "p.jsonl": "keep me\n"},
+        ["--model_dir", "{cls_run}", "--input_file", "{data}/in.jsonl", "--output_file", "{data}/p.jsonl"],
+        "--output_file {data}/p.jsonl already exists; choose another or pass --overwrite_output",
+        action="predict",
+    ),
+    cls(
+        "predict-output-is-input",
+        {"in.jsonl": jsonl({"text": "hi"})},
+        [
+            "--model_dir",
+            "{cls_run}",
+            "--input_file",
+            "{data}/in.jsonl",
+            "--output_file",
+            "{data}/in.jsonl",
+            "--overwrite_output",
+        ],
+        "--output_file must differ from --input_file (input files are never modified)",
+        action="predict",
+    ),
+    # ---- models ----
+    cls(
+        "model-dir-not-a-model",
+        {"notamodel/notes.txt": "hello"},
+        ["--model_name_or_path", "{data}/notamodel"],
+        "model directory '{data}/notamodel' is not a model: expected config.json and weights, found notes.txt",
+    ),
+    cls(
+        "model-path-missing",
+        {},
+        ["--model_name_or_path", "./no/such/model"],
+        "model './no/such/model': no such directory",
+    ),
+    cls(
+        "evaluate-a-plain-encoder",
+        {"dev.csv": TRAIN_CSV},
+        ["--model_name_or_path", "{model}", "--validation_file", "{data}/dev.csv"],
+        "{model}: not a model saved by encoder-tasks (no encoder_tasks.json found)",
+        action="evaluate",
+        defaults=False,
+    ),
+    cls(
+        "run-with-damaged-metadata",
+        {"in.jsonl": jsonl({"text": "hi"})},
+        ["--model_dir", "{broken_run}", "--input_file", "{data}/in.jsonl", "--output_file", "{out}/p.jsonl"],
+        "{broken_run}/encoder_tasks.json: not readable as JSON",
+        action="predict",
+    ),
+    cls(
+        "run-without-weights",
+        {"in.jsonl": jsonl({"text": "hi"})},
+        [
+            "--model_dir",
+            "{unfinished_run}",
+            "--input_file",
+            "{data}/in.jsonl",
+            "--output_file",
+            "{out}/p.jsonl",
+        ],
+        "{unfinished_run}: no model.safetensors; the run did not finish saving",
+        action="predict",
+    ),
+    Case(
+        "evaluate-with-the-wrong-task",
+        "ner",
+        "evaluate",
+        {"dev.conll": CONLL},
+        ["--model_name_or_path", "{cls_run}", "--validation_file", "{data}/dev.conll"],
+        "holds a 'classification' model; use `encoder-tasks classification evaluate`",
+        defaults=False,
+    ),
+    # ---- recipes and flags ----
+    cls(
+        "recipe-unknown-key",
+        {"r.yaml": "learnin_rate: 0.1\n"},
+        ["--config", "{data}/r.yaml"],
+        "{data}/r.yaml: unknown key 'learnin_rate' (did you mean 'learning_rate'?)",
+    ),
+    cls(
+        "recipe-wrong-type",
+        {"r.yaml": "num_train_epochs: many\n"},
+        ["--config", "{data}/r.yaml"],
+        "{data}/r.yaml: key 'num_train_epochs' expects float, found 'many'",
+    ),
+    cls(
+        "recipe-list-for-a-value",
+        {"r.yaml": "max_length: [1, 2]\n"},
+        ["--config", "{data}/r.yaml"],
+        "{data}/r.yaml: key 'max_length' expects a single int",
+    ),
+    cls(
+        "recipe-not-yaml",
+        {"r.yaml": "a: [\n"},
+        ["--config", "{data}/r.yaml"],
+        "recipe {data}/r.yaml: not valid YAML",
+    ),
+    cls(
+        "recipe-not-a-mapping",
+        {"r.yaml": "- a\n- b\n"},
+        ["--config", "{data}/r.yaml"],
+        "recipe {data}/r.yaml: expected a mapping of field: value, found list",
+    ),
+    cls("recipe-missing", {}, ["--config", "{data}/none.yaml"], "recipe {data}/none.yaml: no such file"),
+    cls("unknown-flag", {}, ["--learnin_rate", "0.1"], "--learnin_rate"),
+    cls(
+        "flag-wrong-type",
+        {},
+        ["--num_train_epochs", "many"],
+        "argument --num_train_epochs/--num-train-epochs: invalid float value: 'many'",
+    ),
+    # ---- output directory ----
+    cls(
+        "output-dir-holds-a-run",
+        {"out/metrics.json": "{}"},
+        ["--output_dir", "{data}/out"],
+        "--output_dir {data}/out already holds a run (metrics.json); choose another --output_dir, pass --resume",
+    ),
+    cls(
+        "output-dir-is-a-file",
+        {"out": "x"},
+        ["--output_dir", "{data}/out"],
+        "--output_dir {data}/out: exists and is a file, not a directory",
+    ),
+    cls(
+        "resume-without-checkpoint",
+        {"out/metrics.json": "{}"},
+        ["--output_dir", "{data}/out", "--resume"],
+        "--resume: no complete checkpoint-* folder in {data}/out",
+    ),
+    # ---- ner: CoNLL and token lists ----
+    Case(
+        "conll-tag-missing-on-line",
+        "ner",
+        "train",
+        {"t.conll": "john\tB-PER\nlives\nin\tO\n"},
+        ["--train_file", "{data}/t.conll"],
+        "{data}/t.conll line 2: expected 2 columns like the first token line, found 1",
+    ),
+    Case(
+        "conll-empty-file",
+        "ner",
+        "train",
+        {"t.conll": "\n\n"},
+        ["--train_file", "{data}/t.conll"],
+        "{data}/t.conll: the file is empty",
+    ),
+    Case(
+        "conll-no-sentences",
+        "ner",
+        "train",
+        {"t.conll": "-DOCSTART- O\n\n"},
+        ["--train_file", "{data}/t.conll"],
+        "{data}/t.conll: no sentences",
+    ),
+    Case(
+        "conll-not-utf8",
+        "ner",
+        "train",
+        {"t.conll": b"caf\xe9\tO\n"},
+        ["--train_file", "{data}/t.conll"],
+        "{data}/t.conll line 1, column 4: byte 0xe9 is not valid utf-8",
+    ),
+    Case(
+        "unknown-tag-scheme",
+        "ner",
+        "train",
+        {"t.conll": CONLL},
+        ["--train_file", "{data}/t.conll", "--tag_scheme", "xyz"],
+        "unknown tag scheme 'xyz'",
+    ),
+    Case(
+        "tags-break-the-scheme",
+        "ner",
+        "train",
+        {"t.conll": "john\tB-PER\nlives\tI-LOC\n\nmary\tB-PER\n"},
+        ["--train_file", "{data}/t.conll", "--tag_scheme", "iob2"],
+        "--invalid_tags repair",
+    ),
+    Case(
+        "token-tag-count-mismatch",
+        "ner",
+        "train",
+        {
+            "t.jsonl": jsonl(
+                {"tokens": ["a", "b"], "tags": ["B-PER", "O"]},
+                {"tokens": ["a", "b", "c"], "tags": ["O", "O"]},
+            )
+        },
+        ["--train_file", "{data}/t.jsonl"],
+        "{data}/t.jsonl line 2: 3 tokens but 2 tags; every token needs one tag",
+    ),
+    Case(
+        "ner-empty-sentence",
+        "ner",
+        "train",
+        {"t.jsonl": jsonl({"tokens": ["a"], "tags": ["B-PER"]}, {"tokens": [], "tags": []})},
+        ["--train_file", "{data}/t.jsonl"],
+        "{data}/t.jsonl line 2: column 'tokens' holds an empty sentence",
+    ),
+    Case(
+        "ner-tokens-not-a-list",
+        "ner",
+        "train",
+        {"t.jsonl": jsonl({"tokens": "john lives", "tags": ["B-PER", "O"]})},
+        ["--train_file", "{data}/t.jsonl"],
+        "{data}/t.jsonl line 1: column 'tokens' must hold a list of tokens, found str",
+    ),
+    Case(
+        "ner-missing-tags-column",
+        "ner",
+        "train",
+        {"t.jsonl": jsonl({"tokens": ["a"], "annotation": ["O"]})},
+        ["--train_file", "{data}/t.jsonl"],
+        "{data}/t.jsonl: no tags column 'tags|ner_tags|labels'; found columns ['tokens', 'annotation']. Pass --tags_column",
+    ),
+    # ---- qa: SQuAD JSON ----
+    Case(
+        "squad-answer-not-at-offset",
+        "qa",
+        "train",
+        {"t.json": squad(answer_text="paris", answer_start=3)},
+        ["--train_file", "{data}/t.json", "--answer_check", "error"],
+        "answers do not match the context at answer_start",
+    ),
+    Case(
+        "squad-answer-not-in-context",
+        "qa",
+        "train",
+        {"t.json": squad(answer_text="boston", answer_start=0)},
+        ["--train_file", "{data}/t.json", "--answer_check", "error"],
+        "q1",
+    ),
+    Case(
+        "squad-not-squad",
+        "qa",
+        "train",
+        {"t.json": '{"data": [{"title": "x"}]}'},
+        ["--train_file", "{data}/t.json"],
+        "{data}/t.json: no question column 'question'; found columns ['title']. Pass --question_column",
+    ),
+    Case(
+        "squad-answer-start-not-int",
+        "qa",
+        "train",
+        {"t.json": squad(answer_start="zero")},
+        ["--train_file", "{data}/t.json"],
+        "answer_start must be an integer, found 'zero'",
+    ),
+    Case(
+        "squad-empty-question",
+        "qa",
+        "train",
+        {"t.json": squad(question="  ")},
+        ["--train_file", "{data}/t.json"],
+        "(id q1): column 'question' must be non-empty text",
+    ),
+    Case(
+        "squad-malformed-json",
+        "qa",
+        "train",
+        {"t.json": '{"data": [\n'},
+        ["--train_file", "{data}/t.json"],
+        "{data}/t.json line 2: not valid JSON",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_bert, tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    data = write(root / "train.csv", TRAIN_CSV)
+    cls_run = root / "cls"
+    assert (
+        main(
+            [
+                "classification",
+                "train",
+                "--model_name_or_path",
+                tiny_bert,
+                "--train_file",
+                str(data),
+                "--output_dir",
+                str(cls_run),
+                *FAST["train"],
+            ]
+        )
+        == 0
+    )
+    broken = root / "broken"
+    shutil.copytree(cls_run, broken)
+    (broken / "encoder_tasks.json").write_text("{not json")
+    unfinished = root / "unfinished"
+    shutil.copytree(cls_run, unfinished)
+    (unfinished / "model.safetensors").unlink()
+    return {
+        "model": tiny_bert,
+        "cls_run": str(cls_run),
+        "broken_run": str(broken),
+        "unfinished_run": str(unfinished),
+    }
+
+
+def _digest(root: Path) -> dict:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _prepare(case: Case, tmp_path: Path, runs: dict) -> tuple[list[str], str, Path]:
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, content in case.files.items():
+        write(data / name, content)
+    names = {"data": str(data), "out": str(tmp_path / "out"), **runs}
+    flags = [flag.format(**names) for flag in case.flags]
+    argv = [case.task, case.action, *flags]
+    if case.defaults and case.action in ("train", "evaluate"):
+        if "--model_name_or_path" not in flags:
+            argv += ["--model_name_or_path", runs["model"]]
+        if "--output_dir" not in flags:
+            argv += ["--output_dir", str(tmp_path / "out")]
+    argv += FAST[case.action]
+    return argv, case.expected.format(**names), data
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_gives_one_line(case, runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv, expected, data = _prepare(case, tmp_path, runs)
+    before = _digest(data)
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    lines = err.strip().splitlines()
+    errors = [line for line in lines if line.startswith("encoder-tasks: error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert expected in errors[0], f"expected {expected!r} in {errors[0]!r}"
+    assert _digest(data) == before, "a data file was modified"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if c.id in ("jsonl-malformed-line", "conll-tag-missing-on-line")],
+    ids=lambda c: c.id,
+)
+def test_debug_shows_the_traceback(case, runs, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv, expected, _ = _prepare(case, tmp_path, runs)
+    with pytest.raises(UserError) as info:
+        main([*argv, "--debug"])
+    assert expected in str(info.value)
+
+
+def test_ner_tags_unseen_in_training_warn_and_count_as_misses(runs, tmp_path, capsys, caplog):
+    """For tagging, an evaluation tag the model never learnt is scored (as a miss), not refused."""
+    train = write(tmp_path / "t.conll", CONLL)
+    dev = write(tmp_path / "d.conll", "john\tB-PER\nin\tO\nrome\tB-GPE\n")
+    argv = [
+        "ner",
+        "train",
+        "--model_name_or_path",
+        runs["model"],
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(dev),
+        "--output_dir",
+        str(tmp_path / "o"),
+        *FAST["train"],
+    ]
+    assert main(argv) == 0
+    assert "never occur in training" in caplog.text and "GPE" in caplog.text
