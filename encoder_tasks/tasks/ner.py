@@ -420,6 +420,10 @@ class TaggingMetrics:
 
     def _crf(self):
         if self.trainer is None:
+            if self.metadata.get("crf"):
+                raise RuntimeError(
+                    "TaggingMetrics of a CRF model must be bound to its trainer (NerTrainer does it)"
+                )
             return None
         model = self.trainer.accelerator.unwrap_model(self.trainer.model)
         return _cpu_crf(model)
@@ -607,8 +611,12 @@ class NerTrainer(EncoderTaskTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if isinstance(self.compute_metrics, TaggingMetrics):
-            self.compute_metrics.bind(self)
+        # The metrics may be wrapped (run.py records predictions): follow ``compute_metrics``.
+        metrics, depth = self.compute_metrics, 0
+        while metrics is not None and not isinstance(metrics, TaggingMetrics) and depth < 5:
+            metrics, depth = getattr(metrics, "compute_metrics", None), depth + 1
+        if isinstance(metrics, TaggingMetrics):
+            metrics.bind(self)
 
     def create_optimizer(self, model=None):
         model = self.model if model is None else model
@@ -770,9 +778,8 @@ class NerPredictArguments(PredictArguments):
     )
 
 
-def _read_predict_inputs(args: NerPredictArguments, meta: dict) -> tuple[list[int | None], list, str]:
-    """(line per input, inputs, kind): kind is text (strings) or tokens (word lists)."""
-    from ..data import read_file
+def _read_predict_inputs(args: NerPredictArguments, meta: dict) -> tuple[list[int | None], list]:
+    """(line per input, inputs): each input is a raw text (str) or a token list."""
     from ..data.readers import read_text
 
     path = Path(args.input_file)
@@ -785,28 +792,40 @@ def _read_predict_inputs(args: NerPredictArguments, meta: dict) -> tuple[list[in
     if fmt == "text" and suffix not in JSON_SUFFIXES:
         lines = read_text(path, args.encoding).splitlines()
         rows = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
-        return [n for n, _ in rows], [line for _, line in rows], "text"
-    if fmt == "conll":
+        return [n for n, _ in rows], [line for _, line in rows]
+    spec = args.tokens_column or meta.get("tokens_column") or "tokens"
+    if fmt in ("conll", "tokens") and suffix not in JSON_SUFFIXES:
         from ..data.conll import read_conll
 
         column_names = [c.strip() for c in args.column_names.split(",")] if args.column_names else None
         split = Split("predict", str(path), read_conll(path, args.delimiter, column_names, args.encoding))
-    else:
-        split = Split("predict", str(path), read_file(path, args.delimiter, None, args.encoding))
-    columns = split.dataset.column_names
-    text_col = args.text_column if args.text_column in columns else None
-    if fmt == "tokens" or (fmt in ("json", "conll") and text_col is None):
-        spec = args.tokens_column or meta.get("tokens_column") or "tokens"
-        task_args = NerArguments(tokens_column=spec)
-        sentences, _ = read_sentences(split, task_args, meta.get("token_prefix"), with_tags=False)
-        return list(split.dataset["_line"]), sentences, "tokens"
-    if text_col is None:
-        raise UserError(f"{path}: no {args.text_column!r} field with raw text; found {columns}")
-    texts = split.dataset[text_col]
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise UserError(f"{split.location(i)}: field {text_col!r} must be a string, found {text!r}")
-    return list(split.dataset["_line"]), list(texts), "text"
+        sentences, _ = read_sentences(
+            split, NerArguments(tokens_column=spec), meta.get("token_prefix"), False
+        )
+        return list(split.dataset["_line"]), sentences
+    # JSON/JSONL: each record holds raw text or a token list (records may mix the two, so the
+    # records are read as they are, not as a table whose columns come from the first one).
+    from ..data.readers import read_json, read_jsonl, row_location
+
+    records = (
+        read_jsonl(path, args.encoding) if suffix in (".jsonl", ".ndjson") else read_json(path, args.encoding)
+    )
+    prefix = meta.get("token_prefix")
+    token_fields = spec.split("|")
+    inputs: list = []
+    for i, record in enumerate(records):
+        text = record.get(args.text_column) if fmt != "tokens" else None
+        words = next((record[f] for f in token_fields if f in record), None)
+        if isinstance(text, str):
+            inputs.append(text)
+        elif isinstance(words, list) and words and all(isinstance(w, str) and w.strip() for w in words):
+            inputs.append([w[len(prefix) :] if prefix and w.startswith(prefix) else w for w in words])
+        else:
+            raise UserError(
+                f"{row_location(str(path), record.get('_line'), i)}: expected a {args.text_column!r} string or a "
+                f"non-empty {spec!r} list of token strings, found {sorted(k for k in record if k != '_line')}"
+            )
+    return [r.get("_line") for r in records], inputs
 
 
 def predict_file(args: NerPredictArguments) -> dict:
@@ -827,14 +846,16 @@ def predict_file(args: NerPredictArguments) -> dict:
         raise UserError(f"--input_format must be auto, text, tokens or conll, found {args.input_format!r}")
     model = TokenTagger.from_pretrained(args.model_dir)
     tokenizer = load_tokenizer(args.model_dir)
-    lines, inputs, kind = _read_predict_inputs(args, model.metadata)
+    lines, inputs = _read_predict_inputs(args, model.metadata)
     if torch.cuda.is_available():
         model.cuda()
     options = {"batch_size": args.batch_size, "max_length": args.max_length, "stride": args.window_stride}
-    if kind == "text":
-        results = predict_texts(model, tokenizer, inputs, **options)
-    else:
-        results = predict_tokens(model, tokenizer, inputs, **options)
+    results: list[Any] = [None] * len(inputs)
+    for kind, run in (("text", predict_texts), ("tokens", predict_tokens)):
+        chosen = [i for i, item in enumerate(inputs) if isinstance(item, str) == (kind == "text")]
+        if chosen:
+            for i, result in zip(chosen, run(model, tokenizer, [inputs[i] for i in chosen], **options)):
+                results[i] = result
     records = [{"line": line, **result} for line, result in zip(lines, results)]
     write_jsonl(args.output_file, records)
     n_entities = sum(len(r["entities"]) for r in records)

@@ -1,0 +1,353 @@
+"""The real CLI for `ner`, end to end, on tiny models and tiny files written here."""
+
+import json
+
+import pytest
+import torch
+
+from encoder_tasks.cli import main
+from encoder_tasks.tag_schemes import from_iob2
+from tests.conftest import write
+
+SENTENCES = [
+    (["john", "smith", "lives", "in", "paris", "."], ["B-PER", "I-PER", "O", "O", "B-LOC", "O"]),
+    (
+        ["acme", "inc", "works", "in", "new", "york", "city"],
+        ["B-ORG", "I-ORG", "O", "O", "B-LOC", "I-LOC", "I-LOC"],
+    ),
+    (["the", "cat", "sat", "on", "the", "mat"], ["O"] * 6),
+    (["who", "lives", "in", "london", "?", "john", "does"], ["O", "O", "O", "B-LOC", "O", "B-PER", "O"]),
+]
+
+
+def conll(scheme="iob2", sentences=SENTENCES, separator="\t"):
+    blocks = []
+    for words, tags in sentences * 3:
+        tags = from_iob2(tags, scheme)
+        blocks.append("\n".join(f"{w}{separator}{t}" for w, t in zip(words, tags)))
+    return "-DOCSTART-\tO\n\n" + "\n\n".join(blocks) + "\n"
+
+
+FAST = [
+    "--num_train_epochs",
+    "1",
+    "--per_device_train_batch_size",
+    "4",
+    "--logging_steps",
+    "1",
+    "--save_strategy",
+    "no",
+    "--report_to",
+    "none",
+    "--max_length",
+    "8",  # forces windows: several sentences are longer than 6 sub-tokens
+    "--window_stride",
+    "2",
+    "--mixed_precision",
+    "no",
+]
+
+
+def _read(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("family", "head"),
+    [
+        ("bert", "crf"),
+        ("bert", "softmax"),
+        ("roberta", "crf"),
+        ("distilbert", "softmax"),
+        ("electra", "crf"),
+        ("deberta-v2", "softmax"),
+        ("modernbert", "crf"),
+    ],
+)
+def test_train_evaluate_predict(tiny_models, tmp_path, family, head, capsys):
+    train = write(tmp_path / "train.conll", conll())
+    out = tmp_path / "run"
+    flags = ["--crf"] if head == "crf" else ["--label_subtokens", "all"]
+    argv = ["ner", "train", "--model_name_or_path", tiny_models[family], "--train_file", str(train)]
+    argv += ["--validation_file", str(train), "--output_dir", str(out), *FAST, *flags]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("eval_f1_strict", "eval_f1_lenient", "eval_precision_strict", "eval_recall_lenient"):
+        assert 0.0 <= metrics[key] <= 1.0
+    assert set(metrics["eval_per_type"]) <= {"PER", "LOC", "ORG"}
+    meta = json.loads((out / "encoder_tasks.json").read_text())
+    assert meta["label_names"] == ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+    assert meta["head_config"]["crf"] is (head == "crf")
+
+    assert (
+        main(
+            [
+                "ner",
+                "evaluate",
+                "--model_name_or_path",
+                str(out),
+                "--validation_file",
+                str(train),
+                "--max_length",
+                "8",
+                "--window_stride",
+                "2",
+            ]
+        )
+        == 0
+    )
+    again = json.loads((out / "eval" / "train.json").read_text())
+    assert again["eval_f1_strict"] == pytest.approx(metrics["eval_f1_strict"])
+
+    texts = write(tmp_path / "in.txt", "john smith lives in new york city.\n\nacme inc works in paris\n")
+    preds = tmp_path / "preds.jsonl"
+    assert (
+        main(
+            [
+                "ner",
+                "predict",
+                "--model_dir",
+                str(out),
+                "--input_file",
+                str(texts),
+                "--output_file",
+                str(preds),
+            ]
+        )
+        == 0
+    )
+    rows = _read(preds)
+    assert [r["line"] for r in rows] == [1, 3]
+    assert rows[0]["tokens"] == ["john", "smith", "lives", "in", "new", "york", "city", "."]
+    for row in rows:
+        assert len(row["tags"]) == len(row["tokens"])
+        for entity in row["entities"]:
+            assert row["text"][entity["start"] : entity["end"]] == entity["text"]
+            assert 0.0 <= entity["score"] <= 1.0
+
+
+def test_bioes_input_is_predicted_back_in_bioes_from_conll(tiny_bert, tmp_path):
+    train = write(tmp_path / "train.bioes", conll("bioes", separator=" "))
+    out = tmp_path / "run"
+    assert (
+        main(
+            [
+                "ner",
+                "train",
+                "--model_name_or_path",
+                tiny_bert,
+                "--train_file",
+                str(train),
+                "--output_dir",
+                str(out),
+                *FAST,
+                "--num_train_epochs",
+                "3",
+                "--head_learning_rate",
+                "0.05",
+            ]
+        )
+        == 0
+    )
+    assert json.loads((out / "encoder_tasks.json").read_text())["tag_scheme"] == "bioes"
+    preds = tmp_path / "p.jsonl"
+    assert (
+        main(
+            [
+                "ner",
+                "predict",
+                "--model_dir",
+                str(out),
+                "--input_file",
+                str(train),
+                "--output_file",
+                str(preds),
+            ]
+        )
+        == 0
+    )
+    rows = _read(preds)
+    assert len(rows) == 12 and rows[0]["line"] == 3  # the sentence's first token line
+    tags = {t for r in rows for t in r["tags"]}
+    assert tags <= {
+        "O",
+        "B-PER",
+        "I-PER",
+        "E-PER",
+        "S-PER",
+        "B-LOC",
+        "I-LOC",
+        "E-LOC",
+        "S-LOC",
+        "B-ORG",
+        "I-ORG",
+        "E-ORG",
+        "S-ORG",
+    }
+
+
+def test_saved_crf_model_reloads_with_identical_predictions(tiny_bert, tmp_path):
+    from encoder_tasks.backbone import load_tokenizer
+    from encoder_tasks.tasks.ner import TokenTagger, predict_sentences
+
+    train = write(tmp_path / "train.conll", conll())
+    out = tmp_path / "run"
+    assert (
+        main(
+            [
+                "ner",
+                "train",
+                "--model_name_or_path",
+                tiny_bert,
+                "--train_file",
+                str(train),
+                "--output_dir",
+                str(out),
+                *FAST,
+                "--crf",
+                "--head_learning_rate",
+                "0.1",
+            ]
+        )
+        == 0
+    )
+    sentences = [words for words, _ in SENTENCES]
+    first = TokenTagger.from_pretrained(out)
+    second = TokenTagger.from_pretrained(out)
+    assert first.crf is not None and torch.equal(first.crf.transitions, second.crf.transitions)
+    assert first.crf.transitions.abs().sum() > 0 and first.crf.allowed is not None
+    tokenizer = load_tokenizer(str(out))
+    tags_a, probs_a = predict_sentences(first, tokenizer, sentences)
+    tags_b, probs_b = predict_sentences(second, tokenizer, sentences)
+    assert tags_a == tags_b
+    assert all((a == b).all() for a, b in zip(probs_a, probs_b))
+    # Constrained: never I-X after O or after another type, never I-X first.
+    for tags in tags_a:
+        for prev, tag in zip(["O", *tags], tags):
+            if tag.startswith("I-"):
+                assert prev[2:] == tag[2:]
+
+
+def test_chinese_characters_extend_the_vocabulary_and_predict_offsets(tiny_bert, tmp_path):
+    sentences = [
+        (list("高勇男中国国籍"), ["B-NAME", "E-NAME", "O", "B-CONT", "M-CONT", "M-CONT", "E-CONT"]),
+        (list("吴重阳大学本科"), ["B-NAME", "M-NAME", "E-NAME", "B-EDU", "M-EDU", "M-EDU", "E-EDU"]),
+    ]
+    text = (
+        "\n\n".join("\n".join(f"{c} {t}" for c, t in zip(chars, tags)) for chars, tags in sentences * 4)
+        + "\n"
+    )
+    train = write(tmp_path / "train.char.bmes", text)
+    out = tmp_path / "run"
+    assert (
+        main(
+            [
+                "ner",
+                "train",
+                "--model_name_or_path",
+                tiny_bert,
+                "--train_file",
+                str(train),
+                "--validation_file",
+                str(train),
+                "--output_dir",
+                str(out),
+                *FAST,
+                "--crf",
+            ]
+        )
+        == 0
+    )
+    meta = json.loads((out / "encoder_tasks.json").read_text())
+    assert meta["tag_scheme"] == "bmes" and meta["tokenization"] == "char" and meta["added_characters"] == 13
+    config = json.loads((out / "config.json").read_text())
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert config["vocab_size"] == len(tokenizer)
+    assert tokenizer.unk_token_id not in tokenizer(list("高勇"), is_split_into_words=True)["input_ids"]
+    inputs = write(
+        tmp_path / "in.jsonl",
+        json.dumps({"text": "高勇 吴重阳"}, ensure_ascii=False)
+        + "\n"
+        + json.dumps({"tokens": list("中国国籍")}, ensure_ascii=False)
+        + "\n",
+    )
+    preds = tmp_path / "p.jsonl"
+    assert (
+        main(
+            [
+                "ner",
+                "predict",
+                "--model_dir",
+                str(out),
+                "--input_file",
+                str(inputs),
+                "--output_file",
+                str(preds),
+            ]
+        )
+        == 0
+    )
+    rows = _read(preds)
+    assert rows[0]["tokens"] == list("高勇吴重阳") and rows[1]["text"] == "中国国籍"
+    assert {t[:2] for r in rows for t in r["tags"]} <= {"O", "B-", "M-", "E-", "S-"}
+    for row in rows:
+        for entity in row["entities"]:
+            assert row["text"][entity["start"] : entity["end"]] == entity["text"]
+
+
+@pytest.mark.parametrize(
+    ("text", "extra", "message"),
+    [
+        ("john\tB-PER\nsmith\n", [], "train.conll line 2: expected 2 columns"),
+        (
+            "john\tB-PER\n\nlives\tO\nparis\tI-LOC\n",
+            [],
+            "train.conll line 4: invalid IOB2 sequence: 'I-LOC' after 'O'",
+        ),
+        ("john\tB-PER\n", ["--tag_scheme", "bilou"], "unknown tag scheme 'bilou'"),
+        ("john\tB-PER\n", ["--crf", "--label_subtokens", "some"], "--label_subtokens must be one of"),
+    ],
+)
+def test_bad_input_is_one_line_error(tiny_bert, tmp_path, capsys, text, extra, message):
+    train = write(tmp_path / "train.conll", text)
+    argv = [
+        "ner",
+        "train",
+        "--model_name_or_path",
+        tiny_bert,
+        "--train_file",
+        str(train),
+        "--output_dir",
+        str(tmp_path / "o"),
+        *FAST,
+        *extra,
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_json_token_tag_count_mismatch(tiny_bert, tmp_path, capsys):
+    train = write(
+        tmp_path / "train.jsonl",
+        '{"tokens": ["john", "smith"], "tags": ["B-PER", "I-PER"]}\n{"tokens": ["paris"], "tags": ["B-LOC", "O"]}\n',
+    )
+    assert (
+        main(
+            [
+                "ner",
+                "train",
+                "--model_name_or_path",
+                tiny_bert,
+                "--train_file",
+                str(train),
+                "--output_dir",
+                str(tmp_path / "o"),
+                *FAST,
+            ]
+        )
+        == 2
+    )
+    assert "train.jsonl line 2: 1 tokens but 2 tags" in capsys.readouterr().err
