@@ -36,4 +36,9 @@ TASKS: dict[str, TaskSpec] = {
         "encoder_tasks.tasks.qa",
         "Extractive question answering (SQuAD v1.1/v2.0, CMRC 2018): answer spans from a context.",
     ),
+    "ner": TaskSpec(
+        "ner",
+        "encoder_tasks.tasks.ner",
+        "Token tagging (NER, POS, slots): IOB1/IOB2/BIOES/BMES, softmax or CRF, English and Chinese.",
+    ),
 }
