@@ -104,6 +104,13 @@ class NerArguments:
             "--learning_rate). A new head learns faster at a higher rate; none = --learning_rate."
         },
     )
+    crf_learning_rate: float | None = field(
+        default=1e-2,
+        metadata={
+            "help": "Learning rate of the CRF's start/transition/end scores (few parameters that must move far "
+            "from zero in few steps); none = --head_learning_rate."
+        },
+    )
     classifier_dropout: float | None = field(
         default=None, metadata={"help": "Dropout before the classifier (default: the encoder's own)."}
     )
@@ -202,10 +209,6 @@ class TokenTagger(EncoderWithHead):
         if crf:
             allowed, start = allowed_transitions(label_names) if constrained else (None, None)
             self.crf = LinearChainCRF(self.num_labels, allowed, start)
-
-    def head_parameters(self) -> list[str]:
-        """Names of the freshly initialised parameters (their own learning rate)."""
-        return [n for n, _ in self.named_parameters() if not n.startswith("encoder.")]
 
     def forward(
         self,
@@ -595,6 +598,7 @@ def prepare(
     }
     metadata["crf"] = task_args.crf if "crf" not in metadata else metadata["crf"]
     metadata["head_learning_rate"] = task_args.head_learning_rate
+    metadata["crf_learning_rate"] = task_args.crf_learning_rate
     return Prepared(
         train=out.get("train"),
         eval=out.get("validation"),
@@ -619,27 +623,30 @@ class NerTrainer(EncoderTaskTrainer):
             metrics.bind(self)
 
     def create_optimizer(self, model=None):
+        """AdamW groups: the encoder at ``--learning_rate``, the classifier at
+        ``--head_learning_rate``, the CRF at ``--crf_learning_rate`` (never weight-decayed:
+        transition scores are not weights to shrink)."""
         model = self.model if model is None else model
-        head_lr = getattr(model, "metadata", {}).get("head_learning_rate")
-        if self.optimizer is not None or not isinstance(model, TokenTagger) or head_lr is None:
+        meta = getattr(model, "metadata", {})
+        if self.optimizer is not None or not isinstance(model, TokenTagger):
             return super().create_optimizer(model)
+        rates = {
+            "encoder": self.args.learning_rate,
+            "head": meta.get("head_learning_rate") or self.args.learning_rate,
+            "crf": meta.get("crf_learning_rate") or meta.get("head_learning_rate") or self.args.learning_rate,
+        }
         decay = set(self.get_decay_parameter_names(model))
-        head = set(model.head_parameters())
-        groups = []
-        for is_head in (False, True):
-            for decayed in (True, False):
-                params = [
-                    p
-                    for n, p in model.named_parameters()
-                    if p.requires_grad
-                    and (n in head) == is_head
-                    and (n in decay and "crf." not in n) == decayed
-                ]
-                if params:
-                    group = {"params": params, "weight_decay": self.args.weight_decay if decayed else 0.0}
-                    if is_head:
-                        group["lr"] = head_lr
-                    groups.append(group)
+        grouped: dict[tuple[str, bool], list] = {}
+        for name, param in model.named_parameters():
+            if not param.requires_grad:
+                continue
+            part = "crf" if name.startswith("crf.") else "encoder" if name.startswith("encoder.") else "head"
+            decayed = name in decay and part != "crf"
+            grouped.setdefault((part, decayed), []).append(param)
+        groups = [
+            {"params": params, "lr": rates[part], "weight_decay": self.args.weight_decay if decayed else 0.0}
+            for (part, decayed), params in grouped.items()
+        ]
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
         self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
         return self.optimizer
