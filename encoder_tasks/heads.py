@@ -82,6 +82,10 @@ class EncoderWithHead(nn.Module):
     """
 
     task: str = ""
+    # Heads average their loss over their own batch. Without this, the Trainer sees
+    # ``**kwargs`` in ``forward``, assumes the model normalises by the global item count, and
+    # multiplies the loss by the number of processes.
+    accepts_loss_kwargs = False
 
     def __init__(self, encoder: nn.Module, **head_config: Any):
         super().__init__()

@@ -82,9 +82,12 @@ class EncoderTrainingArguments(TrainingArguments):
 
         self._resolve_mixed_precision()
 
-        # Pinned memory only helps copies to an accelerator; on CPU it just warns.
         if not torch.cuda.is_available():
+            # Pinned memory only helps copies to an accelerator; on CPU it just warns.
             self.dataloader_pin_memory = False
+            # Without a GPU, processes started by `accelerate launch` (torchrun) must join a CPU
+            # (gloo) process group; accelerate only does that when told the run is on the CPU.
+            self.use_cpu = True
         super().__post_init__()
 
     def _resolve_mixed_precision(self) -> None:

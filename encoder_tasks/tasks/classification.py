@@ -445,13 +445,16 @@ def metrics_function(metadata: dict):
     def compute(eval_pred) -> dict:
         logits = np.asarray(eval_pred.predictions, dtype=np.float32)
         references = np.asarray(eval_pred.label_ids)
+        # How many examples were scored: under several processes, each exactly once.
+        counted = {"examples": len(references)}
         if problem_type == "regression":
-            return regression_metrics(logits.reshape(-1), references)
+            return {**regression_metrics(logits.reshape(-1), references), **counted}
         if problem_type == "multi_label":
             probs = 1.0 / (1.0 + np.exp(-logits))
             thresholds = np.asarray(metadata.get("thresholds") or [0.5] * len(label_names))
-            return multilabel_metrics((probs >= thresholds).astype(int), references.astype(int), label_names)
-        return classification_metrics(logits.argmax(-1), references, label_names)
+            predicted = (probs >= thresholds).astype(int)
+            return {**multilabel_metrics(predicted, references.astype(int), label_names), **counted}
+        return {**classification_metrics(logits.argmax(-1), references, label_names), **counted}
 
     return compute
 
