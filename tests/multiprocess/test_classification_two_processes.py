@@ -83,6 +83,7 @@ def test_two_processes_train_and_score_each_example_once(tiny_bert, data, tmp_pa
         ["classification", "train", "--output_dir", str(out), "--per_device_train_batch_size", "4", *common]
     )
     metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["eval_examples"] == 7 and metrics["train_epoch"] == 2
     # Only the main process writes: one set of files, one checkpoint per epoch.
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-8"]
     assert not list(out.glob("*.tmp*"))
