@@ -220,6 +220,26 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
+def _as_array(value):
+    """A plain numeric array, or None for what is not one (tuples of ragged arrays: QA, tagging)."""
+    if value is None or isinstance(value, (tuple, list, dict)):
+        return None
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError):
+        return None
+    return None if array.dtype == object else array
+
+
+def _safely(function, *args, **kwargs):
+    """Run one plot; a plot that fails is logged and skipped, never the run."""
+    try:
+        return function(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - drawing is best effort by design
+        logger.warning("plot %s skipped: %s: %s", function.__name__, type(exc).__name__, exc)
+        return None
+
+
 def plot_predictions(task: str, metadata: dict, metrics: dict, predictions, label_ids, out_dir) -> list[Path]:
     """The task-specific plots from the last evaluation's outputs and metrics."""
     written: list[Path | None] = []
@@ -230,31 +250,42 @@ def plot_predictions(task: str, metadata: dict, metrics: dict, predictions, labe
             break
     names = metadata.get("label_names") or []
     problem = metadata.get("problem_type")
-    preds = None if predictions is None else np.asarray(predictions)
-    refs = None if label_ids is None else np.asarray(label_ids)
-    usable = preds is not None and refs is not None and preds.dtype != object and refs.dtype != object
+    preds, refs = _as_array(predictions), _as_array(label_ids)
+    usable = preds is not None and refs is not None
     usable = usable and len(preds) == len(refs) and len(preds) > 0
     if usable and problem == "single_label" and preds.ndim == 2 and preds.shape[1] == len(names):
-        written.append(plot_confusion_matrix(preds.argmax(-1), refs, names, out_dir))
+        written.append(_safely(plot_confusion_matrix, preds.argmax(-1), refs, names, out_dir))
         if len(names) == 2:
             written.append(
-                plot_score_distribution(
-                    _softmax(preds)[:, 1], refs, out_dir, xlabel=f"P({names[1]})", label_names=names
+                _safely(
+                    plot_score_distribution,
+                    _softmax(preds)[:, 1],
+                    refs,
+                    out_dir,
+                    xlabel=f"P({names[1]})",
+                    label_names=names,
                 )
             )
     elif usable and (problem == "regression" or task in ("pair", "embedding")) and preds.ndim <= 2:
         scores = preds.reshape(len(preds), -1)
         if scores.shape[1] == 1:
-            written.append(plot_score_distribution(scores[:, 0], refs, out_dir, label_names=names or None))
+            written.append(
+                _safely(plot_score_distribution, scores[:, 0], refs, out_dir, label_names=names or None)
+            )
         elif scores.shape[1] == 2 and refs.ndim == 1:
             written.append(
-                plot_score_distribution(
-                    _softmax(scores)[:, 1], refs, out_dir, xlabel="P(positive)", label_names=names or None
+                _safely(
+                    plot_score_distribution,
+                    _softmax(scores)[:, 1],
+                    refs,
+                    out_dir,
+                    xlabel="P(positive)",
+                    label_names=names or None,
                 )
             )
     if per_type:
         title = "Per-type scores" if task == "ner" else "Per-class scores"
-        written.append(plot_per_type_f1(per_type, out_dir, title=title))
+        written.append(_safely(plot_per_type_f1, per_type, out_dir, title=title))
     return [p for p in written if p is not None]
 
 
@@ -279,7 +310,7 @@ def plot_run(run_dir: str | os.PathLike, predictions=None, label_ids=None) -> li
     if predictions is None and (run_dir / PREDICTIONS_FILE).is_file():
         saved = np.load(run_dir / PREDICTIONS_FILE)
         predictions, label_ids = saved["predictions"], saved["label_ids"]
-    written = [plot_learning_curves(read_log(run_dir), run_dir)]
+    written = [_safely(plot_learning_curves, read_log(run_dir), run_dir)]
     written += plot_predictions(metadata.get("task", ""), metadata, metrics, predictions, label_ids, run_dir)
     return [p for p in written if p is not None]
 
