@@ -53,11 +53,15 @@ class ModelArguments:
             "model has them merged in. See docs/ecosystem.md."
         },
     )
-    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA scaling alpha (default: 2 * lora_r)."})
+    lora_alpha: float | None = field(
+        default=None, metadata={"help": "LoRA scaling alpha (default: 2 * lora_r)."}
+    )
     lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA input."})
     lora_target_modules: str | None = field(
         default=None,
-        metadata={"help": "Comma-separated linear layers to adapt (default: the attention query/value of the family)."},
+        metadata={
+            "help": "Comma-separated linear layers to adapt (default: the attention query/value of the family)."
+        },
     )
 
 
@@ -169,7 +173,10 @@ def load_recipe(path: str | os.PathLike) -> dict:
     try:
         values = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        raise UserError(f"recipe {recipe}: not valid YAML ({exc})") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"recipe {recipe}{where}: not valid YAML ({problem})") from None
     if not isinstance(values, dict):
         raise UserError(f"recipe {recipe}: expected a mapping of field: value, found {type(values).__name__}")
     return values
@@ -212,12 +219,24 @@ def parse_args(dataclass_types, argv: list[str] | None = None, prog: str | None 
     if known.config:
         recipe_argv = _yaml_to_argv(Path(known.config), load_recipe(known.config), parser)
     try:
-        outputs = parser.parse_args_into_dataclasses(args=recipe_argv + argv, look_for_args_file=False)
+        *outputs, unused = parser.parse_args_into_dataclasses(
+            args=recipe_argv + argv, look_for_args_file=False, return_remaining_strings=True
+        )
     except ValueError as exc:
-        # HfArgumentParser reports unused flags, and dataclass checks report bad values, as ValueError.
+        # Dataclass checks report bad values as ValueError.
         raise UserError(f"{parser.prog}: {exc}") from exc
-    # The last output is the namespace holding --config/--debug.
+    if unused:
+        raise UserError(f"{parser.prog}: {_unknown_flags_message(unused, parser)}")
+    # After the dataclasses comes the namespace holding --config/--debug.
     return tuple(outputs[: len(dataclass_types)])
+
+
+def _unknown_flags_message(unused: list[str], parser) -> str:
+    flags = [arg.split("=", 1)[0] for arg in unused if arg.startswith("-")] or unused[:1]
+    known = [option for action in parser._actions for option in action.option_strings]
+    close = difflib.get_close_matches(flags[0], known, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown flag {flags[0]}{hint}; `--help` lists every flag (unused: {' '.join(unused)})"
 
 
 def dataclass_to_dict(obj) -> dict:
@@ -253,7 +272,8 @@ class PredictArguments:
     )
     encoding: str = field(default="utf-8", metadata={"help": "Text encoding of input_file."})
     disable_tqdm: bool = field(
-        default=False, metadata={"help": "Hide the progress bar (it is hidden anyway when stderr is not a terminal)."}
+        default=False,
+        metadata={"help": "Hide the progress bar (it is hidden anyway when stderr is not a terminal)."},
     )
 
     def check(self) -> None:

@@ -151,13 +151,51 @@ def read_json(path: Path, encoding="utf-8", records_key: str = "data"):
     return rows
 
 
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _first_mixed_column(rows: list[dict]) -> str | None:
+    """Name the first column whose rows hold different kinds of value, and two such rows."""
+    first_seen: dict[str, tuple[str, int]] = {}
+    for index, row in enumerate(rows):
+        for key, value in row.items():
+            if key == LINE_COLUMN or value is None:
+                continue
+            kind = _kind(value)
+            if key not in first_seen:
+                first_seen[key] = (kind, index)
+            elif first_seen[key][0] != kind and {first_seen[key][0], kind} != {"a number", "a boolean"}:
+                seen_kind, seen_index = first_seen[key]
+
+                def where(i):
+                    line = rows[i].get(LINE_COLUMN)
+                    return f"line {line}" if line is not None else f"record {i + 1}"
+
+                return f"column {key!r} holds {seen_kind} at {where(seen_index)} but {kind} at {where(index)}"
+    return None
+
+
 def rows_to_dataset(rows: list[dict], source: str):
     import datasets
 
     try:
         return datasets.Dataset.from_list(rows)
     except Exception as exc:  # pyarrow type errors for columns of mixed types
-        raise UserError(f"{source}: columns of mixed types cannot be read together ({exc})") from None
+        detail = _first_mixed_column(rows) or str(exc).splitlines()[0]
+        raise UserError(
+            f"{source}: {detail}; every row must hold the same kind of value in a column"
+        ) from None
 
 
 def read_file(

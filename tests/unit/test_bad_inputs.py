@@ -135,7 +135,7 @@ CASES = [
         "jsonl-mixed-types",
         {"t.jsonl": jsonl({"text": "a", "label": 1}, {"text": ["b"], "label": 0})},
         ["--train_file", "{data}/t.jsonl"],
-        "{data}/t.jsonl: columns of mixed types cannot be read together",
+        "{data}/t.jsonl: column 'text' holds text at line 1 but a list at line 2",
     ),
     cls(
         "json-malformed",
@@ -316,7 +316,7 @@ CASES = [
         "recipe-not-yaml",
         {"r.yaml": "a: [\n"},
         ["--config", "{data}/r.yaml"],
-        "recipe {data}/r.yaml: not valid YAML",
+        "recipe {data}/r.yaml line 2, column 1: not valid YAML",
     ),
     cls(
         "recipe-not-a-mapping",
@@ -325,7 +325,12 @@ CASES = [
         "recipe {data}/r.yaml: expected a mapping of field: value, found list",
     ),
     cls("recipe-missing", {}, ["--config", "{data}/none.yaml"], "recipe {data}/none.yaml: no such file"),
-    cls("unknown-flag", {}, ["--learnin_rate", "0.1"], "--learnin_rate"),
+    cls(
+        "unknown-flag",
+        {},
+        ["--learnin_rate", "0.1"],
+        "unknown flag --learnin_rate (did you mean --learning_rate?)",
+    ),
     cls(
         "flag-wrong-type",
         {},
