@@ -262,7 +262,9 @@ def run_worker(run: str, args) -> dict:
     if args.limit:
         cmd += ["--limit", str(args.limit)]
     print(f"[bench] running {run} ...", flush=True)
-    subprocess.run(cmd, env=env, check=True, stdout=None if args.verbose else subprocess.DEVNULL)
+    done = subprocess.run(cmd, env=env, check=False, stdout=None if args.verbose else subprocess.DEVNULL)
+    if done.returncode != 0:
+        return {"error": f"exit status {done.returncode}"}
     return json.loads(Path(target).read_text())
 
 
@@ -288,11 +290,13 @@ def main() -> None:
         dataset = run.split(":")[0]
         require_data(DATASETS[dataset][1], DATASETS[dataset][2])
     rows = []
+    partial = Path(tempfile.gettempdir()) / "bench_ner_partial.json"
     for run in runs:
         dataset, contender = run.split(":")
         n_train, n_eval = sizes(dataset, args.limit)
         result = run_worker(run, args)
         rows.append({"dataset": dataset, "run": contender, "train": n_train, "eval": n_eval, **result})
+        partial.write_text(json.dumps(rows, indent=2))  # a failed later run keeps the earlier ones
     print()
     print_table(
         rows,
