@@ -95,6 +95,8 @@ def _run(argv: list[str]) -> int:
             return 0
     if action == "predict":
         (predict_args,) = parse_args([task.PredictArguments], flags, prog=prog)
+        if getattr(predict_args, "disable_tqdm", False):  # every task's progress bars read this
+            os.environ["ENCODER_TASKS_DISABLE_TQDM"] = "1"
         task.predict_file(predict_args)
         return 0
     from . import run

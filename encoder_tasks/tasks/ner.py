@@ -663,7 +663,9 @@ def _scores(model: TokenTagger, tokenizer, sentences, max_length, stride, batch_
     order = sorted(range(len(features)), key=lambda i: features[i]["length"])
     rows: list[Any] = [None] * len(features)
     device = model.device
-    for begin in range(0, len(order), batch_size):
+    from ..tracking import progress
+
+    for begin in progress(range(0, len(order), batch_size), desc="tagging", unit="batch"):
         chunk = order[begin : begin + batch_size]
         batch = collate([features[i] for i in chunk])
         batch.pop("feature_index")

@@ -894,7 +894,9 @@ def predict_answers(
     keys = list(windows.encodings)
     order = sorted(range(len(windows)), key=lambda i: len(windows.encodings["input_ids"][i]))
     logits: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(windows)
-    for start in range(0, len(order), batch_size):
+    from ..tracking import progress
+
+    for start in progress(range(0, len(order), batch_size), desc="answering", unit="batch"):
         chunk = order[start : start + batch_size]
         batch = tokenizer.pad(
             [{k: windows.encodings[k][i] for k in keys} for i in chunk], return_tensors="pt"
