@@ -41,4 +41,9 @@ TASKS: dict[str, TaskSpec] = {
         "encoder_tasks.tasks.ner",
         "Token tagging (NER, POS, slots): IOB1/IOB2/BIOES/BMES, softmax or CRF, English and Chinese.",
     ),
+    "mlm": TaskSpec(
+        "mlm",
+        "encoder_tasks.tasks.mlm",
+        "Masked-language-model pretraining: adapt an encoder to a domain, or pretrain one from scratch.",
+    ),
 }

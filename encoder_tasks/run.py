@@ -191,6 +191,10 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
     check_output_dir(training_args)
     resume_from = find_resume_checkpoint(training_args) if training_args.resume else None
     set_seed(training_args.seed)
+    # A task may make the model it starts from (MLM --from_scratch: train a tokenizer, write a
+    # fresh encoder) and point model_args at it.
+    if hasattr(task, "prepare_model"):
+        task.prepare_model(model_args, data_args, task_args, training_args)
     tokenizer = load_tokenizer(
         model_args.tokenizer_name or model_args.model_name_or_path,
         trust_remote_code=model_args.trust_remote_code,
