@@ -13,6 +13,7 @@ classification ``AutoModelForSequenceClassification``  ``--pooling cls`` (see be
 pair           ``AutoModelForSequenceClassification``  ``--pooling cls``
 ner            ``AutoModelForTokenClassification``     no CRF (a CRF goes to ONNX + numpy Viterbi)
 qa             ``AutoModelForQuestionAnswering``       always (transformers 5 has no QA pipeline)
+mlm            ``AutoModelForMaskedLM``                a stock head of the same shape (checked)
 embedding      sentence-transformers directory          always
 ============== ======================================= =========================================
 
@@ -233,7 +234,71 @@ def qa_to_stock(model):
     return stock.eval()
 
 
+def masked_lm_to_stock(model):
+    """A stock ``*ForMaskedLM`` (served by the ``fill-mask`` pipeline) with the MLM head's weights.
+
+    The toolkit's head is the stock one's shape (dense, activation, LayerNorm, tied decoder plus
+    bias); the stock head's modules are found by shape, as the MLM task finds them to copy a
+    checkpoint's head in, and filled the other way round. The parity check then proves the match
+    (a family whose stock head differs is refused there).
+    """
+    from transformers import AutoModelForMaskedLM
+
+    stock = AutoModelForMaskedLM.from_config(_stock_config(model))
+    _load_encoder_into(stock, model.encoder)
+    base = {id(m) for m in stock.base_model.modules()}
+    output = stock.get_output_embeddings()
+    head = [m for m in stock.modules() if id(m) not in base]
+    size = model.head.dense.out_features
+    dense = [
+        m
+        for m in head
+        if isinstance(m, nn.Linear)
+        and m is not output
+        and m.out_features == size
+        and m.in_features == model.config.hidden_size
+    ]
+    norms = [m for m in head if isinstance(m, nn.LayerNorm) and m.normalized_shape[0] == size]
+    if output is None or len(dense) != 1 or len(norms) != 1:
+        raise ExportError(
+            f"masked LM: the stock {type(stock).__name__} head is not dense -> activation -> LayerNorm -> decoder; "
+            "export with --format onnx"
+        )
+    with torch.no_grad():
+        dense[0].weight.copy_(model.head.dense.weight)
+        if dense[0].bias is not None:
+            dense[0].bias.copy_(model.head.dense.bias)
+        elif bool(model.head.dense.bias.abs().gt(0).any()):
+            raise ExportError(
+                f"masked LM: the stock {type(stock).__name__} head has no dense bias; use --format onnx"
+            )
+        norms[0].weight.copy_(model.head.norm.weight)
+        if norms[0].bias is not None:
+            norms[0].bias.copy_(model.head.norm.bias)
+        elif bool(model.head.norm.bias.abs().gt(0).any()):
+            raise ExportError(
+                f"masked LM: the stock {type(stock).__name__} LayerNorm has no bias but this head learned one; "
+                "export with --format onnx"
+            )
+        output.weight.copy_(model.head.decoder.weight)
+        bias = output.bias
+        if bias is None:
+            found = [
+                p
+                for m in head
+                for n, p in m.named_parameters(recurse=False)
+                if n == "bias" and p.shape == model.head.bias.shape
+            ]
+            bias = found[0] if len(found) == 1 else None
+        if bias is None:
+            raise ExportError("masked LM: no output bias in the stock head; export with --format onnx")
+        bias.copy_(model.head.bias)
+    stock.config.architectures = [type(stock).__name__]
+    return stock.eval()
+
+
 STOCK_EXPORTERS = {
+    "mlm": masked_lm_to_stock,
     "classification": sequence_classifier_to_stock,
     "pair": sequence_classifier_to_stock,
     "ner": token_tagger_to_stock,

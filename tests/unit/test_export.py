@@ -228,3 +228,29 @@ def test_embedding_exports_to_sentence_transformers(tiny_models, tmp_path):
     served = st.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS, convert_to_numpy=True)
     ours = embedding.encode_texts(model, tokenizer, TEXTS)
     np.testing.assert_allclose(served, np.asarray(ours), atol=1e-4)
+
+
+@pytest.mark.parametrize("family", STOCK_FAMILIES)
+def test_masked_lm_fill_mask_pipeline_matches_toolkit(tiny_models, tmp_path, family):
+    mlm = pytest.importorskip("encoder_tasks.tasks.mlm")
+    from transformers import pipeline
+
+    path = tiny_models[family]
+    tokenizer = load_tokenizer(path)
+    torch.manual_seed(4)
+    model = mlm.MaskedLanguageModel(load_encoder(path))
+    torch.nn.init.normal_(model.head.dense.weight, std=0.5)
+    torch.nn.init.normal_(model.head.bias, std=1.0)
+    model.eval()
+    _save(model, tokenizer, tmp_path / "run")
+    info = export_model(tmp_path / "run", tmp_path / "stock")
+    assert info["architecture"].endswith("ForMaskedLM")
+    text = f"the film was {tokenizer.mask_token} and fun"
+    served = pipeline("fill-mask", model=str(tmp_path / "stock"), top_k=5, device=-1)(text)
+    batch = tokenizer([text], return_tensors="pt")
+    position = int((batch["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0, 0])
+    with torch.no_grad():
+        probs = model(**batch).logits[0, position].softmax(-1)
+    top = probs.topk(5)
+    assert [row["token"] for row in served] == top.indices.tolist()
+    assert [row["score"] for row in served] == pytest.approx(top.values.tolist(), abs=1e-4)
