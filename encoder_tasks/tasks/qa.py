@@ -355,9 +355,10 @@ def make_windows(
     offsets_out, nulls = [], []
     for i, ids in enumerate(enc["input_ids"]):
         sequence_ids = enc.sequence_ids(i)
+        context = contexts[enc["overflow_to_sample_mapping"][i]]
         offsets_out.append(
             [
-                tuple(offset) if seq == context_id else None
+                _trim(context, *offset) if seq == context_id else None
                 for offset, seq in zip(enc["offset_mapping"][i], sequence_ids)
             ]
         )
@@ -373,6 +374,16 @@ def make_windows(
         offsets=offsets_out,
         null_index=nulls,
     )
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    """Offsets without surrounding whitespace (byte-level BPE tokens without trim_offsets
+    include the space before a word; an answer should not)."""
+    while start < end - 1 and text[start].isspace():
+        start += 1
+    while end > start + 1 and text[end - 1].isspace():
+        end -= 1
+    return start, end
 
 
 def span_to_tokens(offsets: list[tuple[int, int] | None], start: int, end: int) -> tuple[int, int] | None:
