@@ -540,6 +540,8 @@ def prepare(
             "added_characters": len(extended),
             "invalid_tags": task_args.invalid_tags,
         }
+    elif task_args.decoding != "auto":  # evaluating a saved model with another decoder
+        metadata["decoding"] = task_args.decoding
     scheme, label_names = metadata["tag_scheme"], metadata["label_names"]
     label_index = {name: i for i, name in enumerate(label_names)}
     continuation = [
@@ -547,6 +549,8 @@ def prepare(
         for i, n in enumerate(label_names)
     ]
 
+    # A run trained with repairs evaluates with them too; a flag asks for them on any model.
+    invalid = "repair" if "repair" in (task_args.invalid_tags, metadata.get("invalid_tags")) else "error"
     out: dict[str, Any] = {}
     references = None
     eval_features: list[dict] = []
@@ -554,9 +558,7 @@ def prepare(
         if split is None:
             continue
         sentences, raw_tags = read[name]
-        iob2, _ = normalise_tags(
-            split, raw_tags, scheme, metadata.get("invalid_tags", task_args.invalid_tags)
-        )
+        iob2, _ = normalise_tags(split, raw_tags, scheme, invalid)
         unknown = sorted({t for tags in iob2 for t in tags if t not in label_index})
         if unknown and name == "train":
             raise UserError(f"{split.source}: tags {unknown[:5]} are not among the model's labels")
