@@ -88,7 +88,9 @@ def plot_learning_curves(records: list[dict], out_dir: str | os.PathLike) -> Pat
     fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 3.8), squeeze=False)
     ax = axes[0][0]
     if train:
-        ax.plot(*zip(*train), label="train loss", color="tab:blue")
+        ax.plot(
+            *zip(*train), "." if len(train) < 30 else "", linestyle="-", label="train loss", color="tab:blue"
+        )
     if evals:
         ax.plot(*zip(*evals), "o-", label="eval loss", color="tab:orange")
     ax.set_xlabel("step")

@@ -175,3 +175,10 @@ def test_recipes_list_copy_validate(tmp_path, capsys):
     assert "did you mean 'learning_rate'" in capsys.readouterr().err
     assert main(["recipes", "cp", "classification/defualt", str(tmp_path / "b.yaml")]) == 2
     assert "did you mean classification/default" in capsys.readouterr().err
+
+
+def test_report_to_tensorboard_writes_events(tiny_bert, data, tmp_path):
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "tb"
+    _train(tiny_bert, data, out, "--save_strategy", "no", "--report_to", "tensorboard")
+    assert list((out / "runs").glob("*/events.out.tfevents.*"))
