@@ -45,23 +45,10 @@ def _usage() -> str:
 
 
 def list_recipes(root: Path = RECIPES_DIR) -> list[dict]:
-    """Recipes under ``recipes/<task>/``: path, task, model and training data."""
-    import yaml
+    """Recipes under ``recipes/<task>/`` (see :func:`encoder_tasks.recipes.list_recipes`)."""
+    from .recipes import list_recipes as listing
 
-    found = []
-    for path in sorted(root.glob("*/*.yaml")):
-        if path.parent.name == "accelerate":
-            continue
-        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        found.append(
-            {
-                "recipe": str(path.relative_to(root.parent)),
-                "task": path.parent.name,
-                "model": values.get("model_name_or_path", "-"),
-                "data": values.get("train_file") or values.get("dataset_name") or "-",
-            }
-        )
-    return found
+    return listing(root)
 
 
 def _run(argv: list[str]) -> int:
