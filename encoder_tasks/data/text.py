@@ -35,6 +35,33 @@ PACK_BATCH = 2000
 LARGE_JSON_BYTES = 64 << 20
 
 
+def _decoded_lines(path: Path, encoding: str):
+    """Yield ``(line number, text)``, raising :class:`UserError` for undecodable bytes."""
+    try:
+        ascii_newlines = "\n".encode(encoding) == b"\n"
+    except LookupError:
+        raise UserError(f"--encoding {encoding!r}: unknown text encoding") from None
+    if not ascii_newlines:
+        # UTF-16/32: a newline is not the byte 0x0a, so lines cannot be split before decoding.
+        try:
+            with open(path, encoding=encoding, newline=None) as handle:
+                yield from enumerate(handle, start=1)
+        except UnicodeError as exc:
+            raise UserError(
+                f"{path}: not valid {encoding} ({exc}); re-save the file as UTF-8 or pass the right --encoding"
+            ) from None
+        return
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield number, raw.decode(encoding)
+            except UnicodeDecodeError as exc:
+                raise UserError(
+                    f"{path} line {number}, column {exc.start + 1}: byte 0x{raw[exc.start]:02x} is not valid "
+                    f"{encoding}; re-save the file as UTF-8 or pass --encoding (e.g. latin-1)"
+                ) from None
+
+
 def sniff_text_file(path: Path, encoding: str = "utf-8") -> dict:
     """One streaming pass over a ``.txt`` file: check it decodes, count lines and blank lines.
 
@@ -43,25 +70,15 @@ def sniff_text_file(path: Path, encoding: str = "utf-8") -> dict:
     """
     lines = text_lines = inner_blank = 0
     pending_blank = False
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            lines = number
-            try:
-                line = raw.decode(encoding)
-            except UnicodeDecodeError as exc:
-                raise UserError(
-                    f"{path} line {number}, column {exc.start + 1}: byte 0x{raw[exc.start]:02x} is not valid "
-                    f"{encoding}; re-save the file as UTF-8 or pass --encoding (e.g. latin-1)"
-                ) from None
-            except LookupError:
-                raise UserError(f"--encoding {encoding!r}: unknown text encoding") from None
-            if line.strip():
-                if pending_blank and text_lines:
-                    inner_blank += 1
-                pending_blank = False
-                text_lines += 1
-            else:
-                pending_blank = True
+    for number, line in _decoded_lines(path, encoding):
+        lines = number
+        if line.strip():
+            if pending_blank and text_lines:
+                inner_blank += 1
+            pending_blank = False
+            text_lines += 1
+        else:
+            pending_blank = True
     if not text_lines:
         raise UserError(f"{path}: the file is empty (no text lines)")
     return {"lines": lines, "text_lines": text_lines, "separated_by_blank_lines": inner_blank > 0}
