@@ -6,7 +6,8 @@ Sources:
   into a memory-mapped Arrow file (``datasets.Dataset.from_generator``), so a corpus larger
   than memory is read with bounded RSS; later steps (``map``) stay memory-mapped too.
 - ``.jsonl`` / ``.json``: a ``text`` column (``--text_column``); files over 64 MiB go through
-  ``datasets``' JSON builder (memory-mapped) instead of the in-memory reader.
+  ``datasets``' JSON builder (memory-mapped) instead of the in-memory reader. A SQuAD-format
+  ``.json`` (QA data) gives its distinct context paragraphs.
 - a ``save_to_disk`` folder or a Hub dataset (through the shared loaders).
 
 Blocks:
@@ -20,6 +21,7 @@ Blocks:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -158,7 +160,41 @@ def read_split(path, delimiter="auto", column_names=None, encoding="utf-8", spli
             return datasets.load_dataset("json", data_files=str(path), split="train")
         except Exception as exc:  # the JSON builder reports bad lines as assorted exceptions
             raise UserError(f"{path}: could not be read as JSON lines ({str(exc).splitlines()[0]})") from None
+    if path.is_file() and suffix == ".json":
+        contexts = squad_contexts(path, encoding)
+        if contexts is not None:
+            return contexts
     return read_file(path, delimiter, column_names, encoding, split)
+
+
+def squad_contexts(path: Path, encoding: str = "utf-8"):
+    """The distinct paragraphs (``context``) of a SQuAD-format file as documents, else None.
+
+    QA data in the domain is often the best pretraining text there is (CMRC 2018, SQuAD).
+    """
+    import datasets
+
+    from .readers import read_text
+
+    try:
+        data = json.loads(read_text(path, encoding))
+    except json.JSONDecodeError:
+        return None
+    articles = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(articles, list) or not articles or not isinstance(articles[0], dict):
+        return None
+    if "paragraphs" not in articles[0]:
+        return None
+    contexts: dict[str, None] = {}
+    for article in articles:
+        for paragraph in article.get("paragraphs", []):
+            text = paragraph.get("context") if isinstance(paragraph, dict) else None
+            if isinstance(text, str) and text.strip():
+                contexts[text.strip()] = None
+    if not contexts:
+        raise UserError(f"{path}: a SQuAD-format file without any context paragraphs")
+    logger.info("%s: SQuAD format, %d distinct contexts read as documents", path, len(contexts))
+    return datasets.Dataset.from_dict({"text": list(contexts), LINE_COLUMN: [None] * len(contexts)})
 
 
 # ---- tokenisation and blocks --------------------------------------------------------------

@@ -101,3 +101,17 @@ def test_bad_text_files(tmp_path, content, message):
 def test_max_length_too_small(tok):
     with pytest.raises(UserError, match="no room"):
         make_blocks(datasets.Dataset.from_dict({"text": DOCS}), tok, max_length=2)
+
+
+def test_squad_json_gives_its_contexts(tmp_path):
+    squad = {
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [{"context": "第一段。", "qas": []}, {"context": "second one", "qas": []}],
+            },
+            {"title": "u", "paragraphs": [{"context": "第一段。", "qas": []}]},
+        ]
+    }
+    path = write(tmp_path / "qa.json", json.dumps(squad, ensure_ascii=False))
+    assert read_split(path)["text"] == ["第一段。", "second one"]  # distinct, in order
