@@ -20,7 +20,9 @@ Contenders:
   and ``postprocess_qa_predictions`` (n_best 20, max_answer_length 30, null threshold 0),
   ported here line by line (the example scripts are not part of the installed package);
 - ``toolkit``: ``encoder-tasks qa train`` (max_length 384, doc_stride 128, dynamic padding,
-  length-grouped batches, exact n-best search).
+  length-grouped batches, exact n-best search), in fp32 like the stock run;
+- ``toolkit-bf16`` (optional): the same with the toolkit's default ``--mixed_precision auto``
+  (bf16 autocast on CPUs that run it natively).
 
 Both are scored with :mod:`encoder_tasks.squad_metrics` (the official SQuAD v1.1/v2.0 and
 CMRC 2018 formulas; ``evaluate.load`` would download its scripts from the Hub). Reported:
@@ -68,8 +70,7 @@ SUITES = {
         "metric": "cmrc2018",
     },
 }
-MAX_SEQ_LENGTH = 384
-DOC_STRIDE = 128
+ARGS = argparse.Namespace(max_seq_length=384, doc_stride=128)  # set from the command line
 
 
 def load_suite(suite: dict, args):
@@ -115,8 +116,8 @@ def stock_prepare_train(examples, tokenizer):
         questions if pad_on_right else examples["context"],
         examples["context"] if pad_on_right else questions,
         truncation="only_second" if pad_on_right else "only_first",
-        max_length=MAX_SEQ_LENGTH,
-        stride=DOC_STRIDE,
+        max_length=ARGS.max_seq_length,
+        stride=ARGS.doc_stride,
         return_overflowing_tokens=True,
         return_offsets_mapping=True,
         padding="max_length",  # run_qa.py: pad_to_max_length defaults to True
@@ -167,8 +168,8 @@ def stock_prepare_validation(examples, tokenizer):
         questions if pad_on_right else examples["context"],
         examples["context"] if pad_on_right else questions,
         truncation="only_second" if pad_on_right else "only_first",
-        max_length=MAX_SEQ_LENGTH,
-        stride=DOC_STRIDE,
+        max_length=ARGS.max_seq_length,
+        stride=ARGS.doc_stride,
         return_overflowing_tokens=True,
         return_offsets_mapping=True,
         padding="max_length",
@@ -195,9 +196,9 @@ def stock_postprocess(
     all_start_logits, all_end_logits = predictions
     example_id_to_index = {k: i for i, k in enumerate(examples["id"])}
     features_per_example = defaultdict(list)
-    for i, example_id in enumerate(features["example_id"]):
+    for i, example_id in enumerate(list(features["example_id"])):
         features_per_example[example_id_to_index[example_id]].append(i)
-    all_offsets = features["offset_mapping"]
+    all_offsets = list(features["offset_mapping"])
     all_predictions, scores_diff = {}, {}
     for example_index, (qid, context) in enumerate(zip(examples["id"], examples["context"])):
         min_null_prediction = None
@@ -279,12 +280,12 @@ def worker_stock(suite, args) -> dict:
 
     from encoder_tasks.backbone import resolve_model_path
 
-    path = resolve_model_path(MINILM)
+    path = resolve_model_path(args.model)
     train, evaluation = load_suite(suite, args)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    train_cols = {k: train[k] for k in ("question", "context", "answers")}
+    train_cols = {k: list(train[k]) for k in ("question", "context", "answers")}
     train_features = datasets.Dataset.from_dict(dict(stock_prepare_train(train_cols, tokenizer)))
-    eval_cols = {k: evaluation[k] for k in ("id", "question", "context")}
+    eval_cols = {k: list(evaluation[k]) for k in ("id", "question", "context")}
     eval_features = datasets.Dataset.from_dict(dict(stock_prepare_validation(eval_cols, tokenizer)))
     model = AutoModelForQuestionAnswering.from_pretrained(path)
     targs = TrainingArguments(
@@ -326,7 +327,7 @@ def worker_stock(suite, args) -> dict:
         "train_windows": len(train_features),
         "train_seconds": runtime,
         "train_real_tokens_per_s": real_tokens(train_features) * args.epochs / runtime,
-        "train_padded_tokens_per_s": len(train_features) * MAX_SEQ_LENGTH * args.epochs / runtime,
+        "train_padded_tokens_per_s": len(train_features) * args.max_seq_length * args.epochs / runtime,
         "eval_seconds": eval_seconds,
     }
 
@@ -339,13 +340,13 @@ def worker_toolkit(suite, args) -> dict:
         "qa",
         "train",
         "--model_name_or_path",
-        MINILM,
+        args.model,
         "--train_file",
         str(DATA / suite["train"]),
         "--max_length",
-        str(MAX_SEQ_LENGTH),
+        str(args.max_seq_length),
         "--doc_stride",
-        str(DOC_STRIDE),
+        str(args.doc_stride),
         "--max_train_samples",
         str(args.train_samples),
         "--num_train_epochs",
@@ -378,6 +379,9 @@ def worker_toolkit(suite, args) -> dict:
         argv += ["--max_eval_samples", str(n_eval)]
     if suite["v2"]:
         argv += ["--version_2_with_negative", "true"]
+    # "toolkit" runs fp32 like the stock contender; "toolkit-bf16" keeps the toolkit's default
+    # --mixed_precision auto (bf16 autocast where the CPU runs it natively).
+    argv += ["--mixed_precision", "auto" if args.worker == "toolkit-bf16" else "no"]
     if main(argv) != 0:
         raise SystemExit("toolkit run failed")
     m = json.loads((out / "metrics.json").read_text())
@@ -400,7 +404,9 @@ def run_worker(name: str, suite_name: str, args) -> dict:
     cmd = [sys.executable, __file__, "--worker", name, "--suites", suite_name] + [
         f"--{k}={v}" for k, v in (("train_samples", args.train_samples), ("epochs", args.epochs),
                                   ("seed", args.seed), ("batch_size", args.batch_size),
-                                  ("learning_rate", args.learning_rate), ("eval_samples", args.eval_samples))
+                                  ("learning_rate", args.learning_rate), ("eval_samples", args.eval_samples),
+                                  ("model", args.model), ("max_seq_length", args.max_seq_length),
+                                  ("doc_stride", args.doc_stride))
         if v is not None
     ]  # fmt: skip
     result_file = Path(tempfile.mkstemp(suffix=".json")[1])
@@ -418,13 +424,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
+    parser.add_argument("--model", default=MINILM)
+    parser.add_argument("--max_seq_length", type=int, default=384, help="run_qa.py's default")
+    parser.add_argument("--doc_stride", type=int, default=128, help="run_qa.py's default")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--result_file", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    ARGS.max_seq_length, ARGS.doc_stride = args.max_seq_length, args.doc_stride
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
     if args.worker:
         (suite_name,) = suites
-        worker = worker_toolkit if args.worker == "toolkit" else worker_stock
+        worker = worker_stock if args.worker == "stock" else worker_toolkit
         Path(args.result_file).write_text(json.dumps(worker(SUITES[suite_name], args)))
         return
     for name in suites:
