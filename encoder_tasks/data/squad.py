@@ -231,9 +231,9 @@ def check_answers(rows_answers, contexts, ids, source: str, policy: str = "fix")
     Gold texts are kept as they are for scoring either way (scores compare text only).
 
     Example:
-        >>> spans, report = check_answers([{"text": ["cat"], "answer_start": [5]}], ["the cat"], ["q1"], "f")
-        >>> spans, report.relocated
-        ([(4, 7)], ['q1'])
+        >>> spans, report = check_answers([{"text": ["cat"], "answer_start": [4]}], ["the cat"], ["q1"], "f")
+        >>> spans, report.mismatched
+        ([(4, 7)], 0)
     """
     if policy not in ANSWER_CHECKS:
         raise UserError(f"--answer_check must be one of {', '.join(ANSWER_CHECKS)}, found {policy!r}")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from transformers import EvalPrediction
 
+from encoder_tasks import qa_spans
 from encoder_tasks.backbone import load_tokenizer
 from encoder_tasks.config import DataArguments
 from encoder_tasks.data import Split
@@ -38,11 +39,11 @@ def test_answers_round_trip_through_windows(tiny_models, family, position):
         questions.append(random_text(rng, 4) + " ?")
         contexts.append(context)
         spans.append((start, start + len(answer)))
-    windows = qa.make_windows(
+    windows = qa_spans.make_windows(
         tok, questions, contexts, max_length=32, doc_stride=8, context_position=position
     )
     assert len(windows) > len(contexts)  # long contexts were cut into several windows
-    starts, ends = qa.label_windows(windows, spans)
+    starts, ends = qa_spans.label_windows(windows, spans)
     found = set()
     for i, example in enumerate(windows.example_index):
         offsets = windows.offsets[i]
@@ -63,7 +64,7 @@ def test_answers_round_trip_through_windows(tiny_models, family, position):
 def test_windows_cover_the_context_and_overlap_by_the_stride(tiny_bert):
     tok = load_tokenizer(tiny_bert)
     context = random_text(random.Random(1), 80)
-    windows = qa.make_windows(tok, ["who ?"], [context], max_length=30, doc_stride=6)
+    windows = qa_spans.make_windows(tok, ["who ?"], [context], max_length=30, doc_stride=6)
     token_spans = [[o for o in offsets if o is not None] for offsets in windows.offsets]
     everything = tok(context, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
     covered = sorted({tuple(o) for spans in token_spans for o in spans})
@@ -74,19 +75,21 @@ def test_windows_cover_the_context_and_overlap_by_the_stride(tiny_bert):
 
 def test_unknown_or_missing_answers_get_the_null_position(tiny_bert):
     tok = load_tokenizer(tiny_bert)
-    windows = qa.make_windows(tok, ["who ?"], ["john smith lives in paris"], max_length=32, doc_stride=4)
-    assert qa.label_windows(windows, [None]) == ([0], [0])
+    windows = qa_spans.make_windows(
+        tok, ["who ?"], ["john smith lives in paris"], max_length=32, doc_stride=4
+    )
+    assert qa_spans.label_windows(windows, [None]) == ([0], [0])
 
 
 def test_long_questions_are_cut_and_a_too_large_stride_is_reported(tiny_bert):
     tok = load_tokenizer(tiny_bert)
     long_q = " ".join(["what"] * 50)
-    windows = qa.make_windows(
+    windows = qa_spans.make_windows(
         tok, [long_q], ["the cat sat"], max_length=40, doc_stride=4, max_question_length=8
     )
     assert windows.encodings["input_ids"][0].count(tok.convert_tokens_to_ids("what")) == 8
     with pytest.raises(UserError, match="must exceed doc_stride=30"):
-        qa.make_windows(tok, ["who ?"], ["the cat"], max_length=32, doc_stride=30)
+        qa_spans.make_windows(tok, ["who ?"], ["the cat"], max_length=32, doc_stride=30)
 
 
 def brute_force(start, end, offsets, max_len):
@@ -107,10 +110,10 @@ def test_best_spans_equal_brute_force(seed):
     start, end = rng.normal(size=n), rng.normal(size=n)
     max_len = int(rng.integers(1, 8))
     expected = brute_force(start, end, offsets, max_len)
-    got = qa.best_spans(start, end, offsets, max_len, n_best=len(expected) + 5)
+    got = qa_spans.best_spans(start, end, offsets, max_len, n_best=len(expected) + 5)
     assert [(s, e) for _, s, e in got] == [(s, e) for _, s, e in expected]
     assert np.allclose([g[0] for g in got], [x[0] for x in expected])
-    top = qa.best_spans(start, end, offsets, max_len, n_best=3)
+    top = qa_spans.best_spans(start, end, offsets, max_len, n_best=3)
     assert [(s, e) for _, s, e in top] == [(s, e) for _, s, e in expected[:3]]
 
 
@@ -120,23 +123,23 @@ def test_best_span_is_found_where_top_n_starts_and_ends_miss_it():
     offsets = [None, (0, 1), (2, 3), (4, 5), (6, 7)]
     start = np.array([0.0, 1.0, 0.0, 0.0, 9.0])
     end = np.array([0.0, 0.0, 8.0, 0.0, 0.5])
-    assert qa.best_spans(start, end, offsets, 30, n_best=1) == [(9.5, 4, 4)]
-    assert qa.best_spans(start, end, offsets, 1, n_best=1) == [(9.5, 4, 4)]
-    assert qa.best_spans(start, end, offsets, 30, n_best=2)[1] == (9.0, 1, 2)
+    assert qa_spans.best_spans(start, end, offsets, 30, n_best=1) == [(9.5, 4, 4)]
+    assert qa_spans.best_spans(start, end, offsets, 1, n_best=1) == [(9.5, 4, 4)]
+    assert qa_spans.best_spans(start, end, offsets, 30, n_best=2)[1] == (9.0, 1, 2)
 
 
 def test_postprocess_across_windows_and_no_answer():
     context = "aa bb cc dd ee"
     w1 = (np.array([5.0, 0, 1, 0]), np.array([5.0, 0, 0, 1]), [None, (0, 2), (3, 5), (6, 8)], 0)
     w2 = (np.array([1.0, 0, 3, 0]), np.array([1.0, 0, 0, 4]), [None, (6, 8), (9, 11), (12, 14)], 0)
-    v1 = qa.postprocess_example(context, [w1, w2], max_answer_length=30, n_best=5)
+    v1 = qa_spans.postprocess_example(context, [w1, w2], max_answer_length=30, n_best=5)
     # best: start 'dd' (3) + end 'ee' (4) in the second window
     assert (v1["answer"], v1["start"], v1["end"], v1["score"]) == ("dd ee", 9, 14, 7.0)
     assert v1["n_best"][0]["text"] == "dd ee" and "null_score_diff" not in v1
     # v2: null score is the smallest over windows (2.0), best span 7.0 -> diff -5
-    v2 = qa.postprocess_example(context, [w1, w2], version_2_with_negative=True, null_threshold=0.0)
+    v2 = qa_spans.postprocess_example(context, [w1, w2], version_2_with_negative=True, null_threshold=0.0)
     assert v2["answer"] == "dd ee" and v2["null_score_diff"] == pytest.approx(-5.0)
-    none = qa.postprocess_example(context, [w1, w2], version_2_with_negative=True, null_threshold=-6.0)
+    none = qa_spans.postprocess_example(context, [w1, w2], version_2_with_negative=True, null_threshold=-6.0)
     assert none["no_answer"] and none["answer"] == "" and none["best_span"] == "dd ee"
     # the same characters reached from two windows are one candidate
     spans = [(c["start"], c["end"]) for c in v1["n_best"]]
