@@ -127,7 +127,9 @@ def validate_recipe(file: str, task: str | None = None) -> dict:
     from .training_args import EncoderTrainingArguments
 
     path = Path(file)
-    load_recipe(path)  # clear errors for a missing or non-YAML file
+    values = load_recipe(path)  # clear errors for a missing or non-YAML file
+    if "compute_environment" in values or "distributed_type" in values:
+        return _validate_accelerate(path)
     errors = {}
     for name in _task_of(path, task):
         module = TASKS[name].load()
@@ -145,6 +147,20 @@ def validate_recipe(file: str, task: str | None = None) -> dict:
         raise UserError(next(iter(errors.values())))
     detail = "; ".join(f"{k}: {v}" for k, v in errors.items())
     raise UserError(f"{path}: no task accepts this recipe (pass --task to see one task's errors): {detail}")
+
+
+def _validate_accelerate(path: Path) -> dict:
+    """An accelerate launch config (``recipes/accelerate/*.yaml``), read as ``accelerate launch`` reads it."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    try:
+        config = load_config_from_file(str(path))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UserError(f"{path}: not a valid accelerate config ({exc})") from None
+    return {
+        "task": f"accelerate ({getattr(config.distributed_type, 'value', config.distributed_type)}, {config.num_processes} processes)",
+        "problems": [],
+    }
 
 
 def _data_problems(data_args) -> list[str]:
@@ -209,8 +225,9 @@ def main(argv: list[str]) -> int:
         result = validate_recipe(rest[0], task)
         for problem in result["problems"]:
             print(f"warning: {problem}")
+        kind = "config" if result["task"].startswith("accelerate") else "recipe"
         print(
-            f"{rest[0]}: valid {result['task']} recipe"
+            f"{rest[0]}: valid {result['task']} {kind}"
             + (f" ({len(result['problems'])} warnings)" if result["problems"] else "")
         )
         return 0

@@ -182,3 +182,15 @@ def test_report_to_tensorboard_writes_events(tiny_bert, data, tmp_path):
     out = tmp_path / "tb"
     _train(tiny_bert, data, out, "--save_strategy", "no", "--report_to", "tensorboard")
     assert list((out / "runs").glob("*/events.out.tfevents.*"))
+
+
+def test_recipes_validate_reads_accelerate_configs(tmp_path, capsys):
+    good = write(
+        tmp_path / "ddp.yaml",
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 2\n",
+    )
+    assert main(["recipes", "validate", str(good)]) == 0
+    assert "valid accelerate (MULTI_GPU, 2 processes) config" in capsys.readouterr().out
+    bad = write(tmp_path / "bad.yaml", "compute_environment: LOCAL_MACHINE\n")
+    assert main(["recipes", "validate", str(bad)]) == 2
+    assert "not a valid accelerate config" in capsys.readouterr().err
