@@ -14,9 +14,12 @@ It overrides only what differs from the stock Trainer:
 from __future__ import annotations
 
 import os
+import random
+import zlib
 
+import numpy as np
 import torch
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
@@ -75,6 +78,68 @@ class SeededLengthGroupedSampler(LengthGroupedSampler):
         return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
 
 
+class EpochSeededCollator:
+    """Run a training collator with the RNG seeded by (seed, epoch, the batch's content).
+
+    Collators may draw random numbers (MLM masks). The Trainer collates one batch ahead and
+    saves the RNG state after a step, so masks drawn from the global RNG cannot be replayed
+    exactly by a resumed run. Seeding each batch from what it holds and the epoch keeps masks
+    fresh every epoch, makes them independent of prefetching, and leaves the global RNG (used
+    by dropout) untouched.
+
+    Example:
+        >>> import torch
+        >>> noisy = EpochSeededCollator(lambda rows: torch.rand(len(rows)), seed=0)
+        >>> rows = [{"input_ids": [1, 2]}, {"input_ids": [3]}]
+        >>> bool((noisy(rows) == noisy(rows)).all())
+        True
+        >>> noisy.epoch = 1
+        >>> first = noisy(rows); noisy.epoch = 0
+        >>> bool((first == noisy(rows)).all())
+        False
+    """
+
+    def __init__(self, collator, seed: int):
+        self.collator = collator
+        self.seed = int(seed)
+        self.epoch = 0
+
+    def _batch_seed(self, features) -> int:
+        digest = zlib.crc32(f"{self.seed}:{self.epoch}".encode())
+        for feature in features:
+            items = sorted(feature.items()) if isinstance(feature, dict) else [("", feature)]
+            for key, value in items:
+                try:
+                    data = np.asarray(value).tobytes()
+                except (TypeError, ValueError):
+                    data = repr(value).encode()
+                digest = zlib.crc32(str(key).encode() + data, digest)
+        return digest
+
+    def __call__(self, features):
+        seed = self._batch_seed(features)
+        python_state, numpy_state = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(seed)  # CPU only: CUDA streams stay as they are
+            random.seed(seed)
+            np.random.seed(seed)
+            try:
+                return self.collator(features)
+            finally:
+                random.setstate(python_state)
+                np.random.set_state(numpy_state)
+
+
+class _CollatorEpoch(TrainerCallback):
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        collator = getattr(self.trainer, "_epoch_seeded_collator", None)
+        if collator is not None:
+            collator.epoch = int(state.epoch or 0)
+
+
 class LengthSortedEvalMixin:
     """Evaluate in length-sorted order: far less padding, and metrics are order-free."""
 
@@ -99,6 +164,22 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
         >>> issubclass(EncoderTaskTrainer, Trainer)
         True
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._epoch_seeded_collator = None
+        self.add_callback(_CollatorEpoch(self))
+
+    def get_train_dataloader(self):
+        # Training batches are collated under a per-(seed, epoch, batch) RNG: see EpochSeededCollator.
+        collator = self.data_collator
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        self._epoch_seeded_collator = EpochSeededCollator(collator, seed)
+        self.data_collator = self._epoch_seeded_collator
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.data_collator = collator
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
@@ -132,6 +213,28 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
             lengths=lengths,
             seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
         )
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        """After resuming (or loading the best checkpoint): tied weights are saved once by
+        ``save_pretrained``, so their second name is missing by design; anything else missing
+        or unexpected means the checkpoint belongs to a differently configured model."""
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+        if not isinstance(model, EncoderWithHead):
+            return super()._issue_warnings_after_load(load_result)
+        params = dict(model.named_parameters(remove_duplicate=False))
+        missing = set(load_result.missing_keys)
+        loaded = {p.data_ptr() for name, p in params.items() if name not in missing}
+        untied = sorted(
+            name for name in missing if name not in params or params[name].data_ptr() not in loaded
+        )
+        buffers = {name for name, _ in model.named_buffers()}
+        untied = [name for name in untied if name not in buffers]  # non-persistent buffers are never saved
+        if untied or load_result.unexpected_keys:
+            raise UserError(
+                f"the checkpoint does not fit this model (missing {untied[:3]}, unexpected "
+                f"{list(load_result.unexpected_keys)[:3]}); resume with the same model and task settings as the "
+                "run that wrote it"
+            )
 
     def _save_checkpoint(self, model, trial) -> None:
         """The stock checkpoint, written to ``tmp-checkpoint-N`` and renamed when whole.

@@ -72,7 +72,15 @@ def _qa(tmp):
     ]
 
 
-DATA = {"classification": _classification, "ner": _ner, "qa": _qa}
+def _mlm(tmp):
+    # Masks are drawn from the RNG at collation: a resumed run must draw the same ones.
+    words = "the a film movie good bad great cat dog sat mat john smith lives in paris".split()
+    docs = [" ".join(words[(i * 7 + j) % len(words)] for j in range(5 + i % 9)) for i in range(40)]
+    data = write(tmp / "train.txt", "\n".join(docs) + "\n")
+    return ["--train_file", str(data), "--validation_file", str(data), "--max_length", "16"]
+
+
+DATA = {"classification": _classification, "ner": _ner, "qa": _qa, "mlm": _mlm}
 
 
 def _steps(out):

@@ -491,6 +491,55 @@ CASES = [
         ["--train_file", "{data}/t.json"],
         "{data}/t.json line 2: not valid JSON",
     ),
+    # ---- mlm: raw text corpora ----
+    Case(
+        "mlm-empty-corpus",
+        "mlm",
+        "train",
+        {"c.txt": "\n \n"},
+        ["--train_file", "{data}/c.txt"],
+        "{data}/c.txt: the file is empty",
+    ),
+    Case(
+        "mlm-corpus-not-utf8",
+        "mlm",
+        "train",
+        {"c.txt": b"the cat\nsat on the m\xe4t\n"},
+        ["--train_file", "{data}/c.txt"],
+        "{data}/c.txt line 2, column 13: byte 0xe4 is not valid utf-8",
+    ),
+    Case(
+        "mlm-corpus-wrong-encoding",
+        "mlm",
+        "train",
+        {"c.txt": b"the cat sat\n"},
+        ["--train_file", "{data}/c.txt", "--encoding", "utf-16"],
+        "{data}/c.txt: not valid utf-16",
+    ),
+    Case(
+        "mlm-jsonl-missing-text-column",
+        "mlm",
+        "train",
+        {"c.jsonl": jsonl({"body": "the cat sat"})},
+        ["--train_file", "{data}/c.jsonl"],
+        "no text column 'text'",
+    ),
+    Case(
+        "mlm-text-not-a-string",
+        "mlm",
+        "train",
+        {"c.jsonl": jsonl({"text": "the cat"}, {"text": 5})},
+        ["--train_file", "{data}/c.jsonl"],
+        "{data}/c.jsonl: column 'text' holds text at line 1 but a number at line 2",
+    ),
+    Case(
+        "mlm-mask-rate-out-of-range",
+        "mlm",
+        "train",
+        {"c.txt": "the cat sat\n"},
+        ["--train_file", "{data}/c.txt", "--mask_rate", "1.5"],
+        "--mask_rate must be in (0, 1), found 1.5",
+    ),
 ]
 
 
