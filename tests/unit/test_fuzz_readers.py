@@ -270,3 +270,12 @@ def test_read_squad_random_bytes(content, suffix):
 def test_read_text_corpus(content, encoding):
     module = pytest.importorskip("encoder_tasks.data.text")
     check_reader(module.read_split, ".txt", content, encoding=encoding)
+
+
+@FUZZ
+@given(data=st.one_of(squad, json_values), where=fractions, cut=st.booleans())
+def test_read_text_corpus_json(data, where, cut):
+    """MLM reads JSON too (records with a text column, or SQuAD contexts as documents)."""
+    module = pytest.importorskip("encoder_tasks.data.text")
+    text = json.dumps(data)
+    check_reader(module.read_split, ".json", _encode(_cut(text, where) if cut else text))
