@@ -214,6 +214,27 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
             seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
         )
 
+    def _own_model(self):
+        """The model when it is one of ours on a plain (non-sharded) setup, else None."""
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            return None
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+        return model if isinstance(model, EncoderWithHead) else None
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None) -> None:
+        # Checkpoints are written by the head's save_pretrained (some heads use a layout of
+        # their own, e.g. sentence-transformers names): read them back with its own loader.
+        own = self._own_model()
+        if own is None:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        own.load_weights(resume_from_checkpoint)
+
+    def _load_best_model(self) -> None:
+        own = self._own_model()
+        if own is None:
+            return super()._load_best_model()
+        own.load_weights(self.state.best_model_checkpoint)
+
     def _issue_warnings_after_load(self, load_result) -> None:
         """After resuming (or loading the best checkpoint): tied weights are saved once by
         ``save_pretrained``, so their second name is missing by design; anything else missing

@@ -80,7 +80,40 @@ def _mlm(tmp):
     return ["--train_file", str(data), "--validation_file", str(data), "--max_length", "16"]
 
 
-DATA = {"classification": _classification, "ner": _ner, "qa": _qa, "mlm": _mlm}
+def _sentence_pairs(tmp):
+    words = "the a film movie good bad cat dog sat mat john lives paris".split()
+    lines = ["sentence1\tsentence2\tscore"]
+    for i in range(12):
+        first = " ".join(words[(i + j) % len(words)] for j in range(3 + i % 4))
+        second = " ".join(words[(2 * i + j) % len(words)] for j in range(2 + i % 5))
+        lines.append(f"{first}\t{second}\t{(i * 7) % 5 + 0.5}")
+    return write(tmp / "pairs.tsv", "\n".join(lines) + "\n")
+
+
+def _pair(tmp):
+    data = _sentence_pairs(tmp)
+    return ["--train_file", str(data), "--validation_file", str(data), "--text_column", "sentence1"] + [
+        "--text_pair_column",
+        "sentence2",
+        "--label_column",
+        "score",
+    ]
+
+
+def _embedding(tmp):
+    # The duplicate-free batch sampler of in-batch-negative losses must restore its order too.
+    data = _sentence_pairs(tmp)
+    return ["--train_file", str(data), "--validation_file", str(data), "--loss", "mnrl"]
+
+
+DATA = {
+    "classification": _classification,
+    "ner": _ner,
+    "qa": _qa,
+    "mlm": _mlm,
+    "pair": _pair,
+    "embedding": _embedding,
+}
 
 
 def _steps(out):
