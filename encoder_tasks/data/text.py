@@ -31,8 +31,9 @@ from .readers import LINE_COLUMN, read_file
 
 logger = logging.getLogger(__name__)
 
-#: Documents tokenised and packed together per ``map`` batch.
-PACK_BATCH = 2000
+#: Documents tokenised and packed together per ``map`` batch (bounds memory: the token lists of
+#: one batch are Python objects until written to Arrow).
+PACK_BATCH = 256
 #: JSON files larger than this are read through datasets' memory-mapped JSON builder.
 LARGE_JSON_BYTES = 64 << 20
 
@@ -187,7 +188,8 @@ def squad_contexts(path: Path, encoding: str = "utf-8"):
         return None
     contexts: dict[str, None] = {}
     for article in articles:
-        for paragraph in article.get("paragraphs", []):
+        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+        for paragraph in paragraphs if isinstance(paragraphs, list) else []:
             text = paragraph.get("context") if isinstance(paragraph, dict) else None
             if isinstance(text, str) and text.strip():
                 contexts[text.strip()] = None

@@ -594,7 +594,11 @@ class MLMTrainer(EncoderTaskTrainer):
         options = getattr(model, "training_options", {}) or {}
         warmup = options.get("head_warmup_steps", 0)
         if getattr(model, "head_source", "new") == "new" and warmup:
-            self.add_callback(HeadWarmup(model, warmup))
+            if self.args.world_size > 1:
+                # DDP expects a gradient for every parameter in every step: no frozen phase.
+                logger.warning("head warm-up is skipped with %d processes (DDP)", self.args.world_size)
+            else:
+                self.add_callback(HeadWarmup(model, warmup))
         self.evaluate_before_training = bool(options.get("evaluate_before_training"))
 
     def _set_signature_columns_if_needed(self):

@@ -77,7 +77,7 @@ def test_compute_metrics_against_brute_force():
     assert out["masked_tokens"] == 3
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "electra"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_pretrained_head_is_copied_exactly(tmp_path, tiny_models, family):
     torch.manual_seed(1)
     reference = AutoModelForMaskedLM.from_config(AutoModel.from_pretrained(tiny_models[family]).config)
