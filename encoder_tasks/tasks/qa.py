@@ -48,6 +48,7 @@ from ..trainer import EncoderTaskTrainer
 logger = logging.getLogger(__name__)
 
 METRICS = ("auto", "squad", "cmrc2018")
+WINDOW_DEFAULTS = {"doc_stride": 128, "max_question_length": 64, "max_answer_length": 30, "n_best": 20}
 CONTEXT_POSITIONS = ("auto", "first", "second")
 # Padding positions get this logit: far below any real one, yet start + end stays finite.
 MASKED_LOGIT = -10000.0
@@ -69,17 +70,29 @@ class QAArguments:
     id_column: str = field(
         default="id", metadata={"help": "Column with the question id (row number if absent)."}
     )
-    doc_stride: int = field(
-        default=128,
-        metadata={"help": "Tokens shared by neighbouring windows when a context is longer than max_length."},
+    # The next four default to None: 'the saved model's value' for evaluate, WINDOW_DEFAULTS
+    # for training.
+    doc_stride: int | None = field(
+        default=None,
+        metadata={
+            "help": "Tokens shared by neighbouring windows when a context is longer than max_length "
+            "(default 128; evaluate: the model's)."
+        },
     )
-    max_question_length: int = field(
-        default=64,
-        metadata={"help": "Questions longer than this many tokens are cut (the context keeps the room)."},
+    max_question_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Questions longer than this many tokens are cut, so the context keeps the room "
+            "(default 64; evaluate: the model's)."
+        },
     )
-    max_answer_length: int = field(default=30, metadata={"help": "Longest answer considered, in tokens."})
-    n_best: int = field(
-        default=20, metadata={"help": "Candidate spans kept per question in post-processing."}
+    max_answer_length: int | None = field(
+        default=None,
+        metadata={"help": "Longest answer considered, in tokens (default 30; evaluate: the model's)."},
+    )
+    n_best: int | None = field(
+        default=None,
+        metadata={"help": "Candidate spans kept per question (default 20; evaluate: the model's)."},
     )
     version_2_with_negative: bool | None = field(
         default=None,
@@ -147,9 +160,9 @@ class QAArguments:
             raise UserError(
                 f"--context_position must be one of {', '.join(CONTEXT_POSITIONS)}, found {self.context_position!r}"
             )
-        for name in ("doc_stride", "max_question_length", "max_answer_length", "n_best"):
+        for name in WINDOW_DEFAULTS:
             value = getattr(self, name)
-            if value < (0 if name == "doc_stride" else 1):
+            if value is not None and value < (0 if name == "doc_stride" else 1):
                 raise UserError(
                     f"--{name} must be {'>= 0' if name == 'doc_stride' else '>= 1'}, found {value}"
                 )
@@ -477,6 +490,15 @@ def derive_splits(splits: dict[str, Split], task_args: QAArguments) -> dict[str,
     return out
 
 
+def window_settings(task_args: QAArguments, metadata: dict | None) -> dict:
+    """Flags given win; else a saved model's values; else :data:`WINDOW_DEFAULTS`."""
+    stored = metadata or {}
+    return {
+        name: getattr(task_args, name) if getattr(task_args, name) is not None else stored.get(name, default)
+        for name, default in WINDOW_DEFAULTS.items()
+    }
+
+
 def _settings(metadata: dict, task_args: QAArguments, eval_examples: Examples | None) -> dict:
     metric = task_args.metric
     if metric == "auto":
@@ -489,8 +511,8 @@ def _settings(metadata: dict, task_args: QAArguments, eval_examples: Examples | 
     if threshold is None:
         threshold = metadata.get("null_threshold", 0.0)
     return {
-        "max_answer_length": task_args.max_answer_length,
-        "n_best": task_args.n_best,
+        "max_answer_length": metadata["max_answer_length"],
+        "n_best": metadata["n_best"],
         "version_2_with_negative": metadata["version_2_with_negative"],
         "null_threshold": float(threshold),
         "metric": metric,
@@ -508,6 +530,7 @@ def prepare(
         for name, split in (("train", train), ("validation", evaluation))
         if split
     }
+    knobs = window_settings(task_args, metadata)
     if metadata is None:
         first = examples.get("train") or examples["validation"]
         v2 = task_args.version_2_with_negative
@@ -518,16 +541,15 @@ def prepare(
             "context_column": task_args.context_column,
             "id_column": task_args.id_column,
             "max_length": data_args.max_length,
-            "doc_stride": task_args.doc_stride,
-            "max_question_length": task_args.max_question_length,
-            "max_answer_length": task_args.max_answer_length,
-            "n_best": task_args.n_best,
+            **knobs,
             "version_2_with_negative": bool(v2),
             "null_threshold": float(task_args.null_threshold or 0.0),
             "context_position": resolve_context_position(tokenizer, task_args.context_position),
         }
-    elif task_args.version_2_with_negative is not None:
-        metadata = {**metadata, "version_2_with_negative": task_args.version_2_with_negative}
+    else:
+        metadata = {**metadata, **knobs}
+        if task_args.version_2_with_negative is not None:
+            metadata["version_2_with_negative"] = task_args.version_2_with_negative
     v2 = metadata["version_2_with_negative"]
 
     def windows_for(ex: Examples) -> Windows:
@@ -536,8 +558,8 @@ def prepare(
             ex.questions,
             ex.contexts,
             max_length=data_args.max_length,
-            doc_stride=task_args.doc_stride,
-            max_question_length=task_args.max_question_length,
+            doc_stride=knobs["doc_stride"],
+            max_question_length=knobs["max_question_length"],
             context_position=metadata["context_position"],
         )
 
