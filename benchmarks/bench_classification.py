@@ -139,6 +139,8 @@ def worker_stock(args) -> dict:
     # Prediction as users serve it: transformers.pipeline over the dev sentences.
     clf = pipeline("text-classification", model=model.eval(), tokenizer=tokenizer, device=-1)
     texts = list(dev["content"])
+    with torch.inference_mode():
+        clf(texts[:8], truncation=True, max_length=MAX_LEN)  # warm-up, as for the toolkit
     start = time.perf_counter()
     with torch.inference_mode():
         preds = clf(texts, truncation=True, max_length=MAX_LEN)
@@ -194,6 +196,7 @@ def worker_toolkit(args) -> dict:
     tokenizer = __import__("encoder_tasks.backbone", fromlist=["load_tokenizer"]).load_tokenizer(str(out))
     _, dev = load_subset(1, args.seed)
     texts = list(dev["content"])
+    cls.predict_texts(model, tokenizer, texts[:8], batch_size=64, max_length=MAX_LEN)  # warm-up
     start = time.perf_counter()
     with torch.inference_mode():
         results, _ = cls.predict_texts(model, tokenizer, texts, batch_size=64, max_length=MAX_LEN)

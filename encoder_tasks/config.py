@@ -271,6 +271,10 @@ class PredictArguments:
         default=None, metadata={"help": "Names for a table without a header row."}
     )
     encoding: str = field(default="utf-8", metadata={"help": "Text encoding of input_file."})
+    precision: str = field(
+        default="auto",
+        metadata={"help": "auto (bf16 autocast where the CPU/GPU runs it natively), fp32 or bf16."},
+    )
     disable_tqdm: bool = field(
         default=False,
         metadata={"help": "Hide the progress bar (it is hidden anyway when stderr is not a terminal)."},

@@ -25,6 +25,7 @@ from ..config import PredictArguments
 from ..data.loading import Split
 from ..errors import UserError
 from ..heads import EncoderWithHead, Pooler, head_dropout
+from ..inference import autocast_for
 from ..metrics import classification_metrics, multilabel_metrics, regression_metrics, tune_thresholds
 
 logger = logging.getLogger(__name__)
@@ -485,6 +486,7 @@ def predict_texts(
     max_length=None,
     long_text="window",
     stride=64,
+    precision="auto",
     disable_tqdm: bool | None = None,
 ) -> tuple[list[dict], int]:
     """Predict labels for texts; returns one result per text in input order, and how many
@@ -520,7 +522,8 @@ def predict_texts(
     for start in progress(batches, desc="predicting", unit="batch", disable=disable_tqdm):
         chunk = order[start : start + batch_size]
         batch = tokenizer.pad([{k: enc[k][i] for k in keys} for i in chunk], return_tensors="pt")
-        out = model(**{k: v.to(device) for k, v in batch.items()})
+        with autocast_for(device, precision):
+            out = model(**{k: v.to(device) for k, v in batch.items()})
         for i, row in zip(chunk, out.logits.float().cpu().numpy()):
             logits_per_feature[i] = row
     # Aggregate windows: the mean of window logits per text.
@@ -604,6 +607,7 @@ def predict_file(args: ClassificationPredictArguments) -> dict:
         long_text=args.long_text,
         stride=args.window_stride,
         disable_tqdm=args.disable_tqdm,
+        precision=args.precision,
     )
     if long_count:
         how = (
