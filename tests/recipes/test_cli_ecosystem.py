@@ -194,3 +194,24 @@ def test_recipes_validate_reads_accelerate_configs(tmp_path, capsys):
     bad = write(tmp_path / "bad.yaml", "compute_environment: LOCAL_MACHINE\n")
     assert main(["recipes", "validate", str(bad)]) == 2
     assert "not a valid accelerate config" in capsys.readouterr().err
+
+
+def test_lora_run_resumes_from_its_checkpoint(tiny_bert, data, tmp_path):
+    pytest.importorskip("peft")
+    out = tmp_path / "lora-resume"
+    _train(tiny_bert, data, out, "--lora_r", "4", "--save_strategy", "epoch", "--num_train_epochs", "1")
+    _train(
+        tiny_bert,
+        data,
+        out,
+        "--lora_r",
+        "4",
+        "--save_strategy",
+        "epoch",
+        "--num_train_epochs",
+        "2",
+        "--resume",
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["train_resumed_from_step"] == 4 and metrics["epoch"] == 2
+    assert not any("lora_" in k for k in load_file(str(out / "model.safetensors")))
