@@ -104,6 +104,9 @@ class EpochSeededCollator:
         self.seed = int(seed)
         self.epoch = 0
 
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
     def _batch_seed(self, features) -> int:
         digest = zlib.crc32(f"{self.seed}:{self.epoch}".encode())
         for feature in features:
@@ -130,14 +133,23 @@ class EpochSeededCollator:
                 np.random.set_state(numpy_state)
 
 
-class _CollatorEpoch(TrainerCallback):
+class _EpochSeeds(TrainerCallback):
+    """Tell the seeded sampler and collator which epoch starts.
+
+    accelerate forwards ``set_epoch`` through some sampler wrappers but not others (a resumed
+    multi-process run wraps ours in ``SkipBatchSampler(BatchSamplerShard(...))``, which it
+    does not reach), so the epoch is set here, from the trainer state, as well.
+    """
+
     def __init__(self, trainer):
         self.trainer = trainer
 
     def on_epoch_begin(self, args, state, control, **kwargs):
-        collator = getattr(self.trainer, "_epoch_seeded_collator", None)
-        if collator is not None:
-            collator.epoch = int(state.epoch or 0)
+        epoch = int(state.epoch or 0)
+        for name in ("_epoch_seeded_collator", "_seeded_sampler"):
+            target = getattr(self.trainer, name, None)
+            if target is not None:
+                target.set_epoch(epoch)
 
 
 class LengthSortedEvalMixin:
@@ -168,7 +180,8 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._epoch_seeded_collator = None
-        self.add_callback(_CollatorEpoch(self))
+        self._seeded_sampler = None
+        self.add_callback(_EpochSeeds(self))
 
     def get_train_dataloader(self):
         # Training batches are collated under a per-(seed, epoch, batch) RNG: see EpochSeededCollator.
@@ -208,11 +221,12 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
                 else "input_ids"
             )
             lengths = [len(row[name]) for row in train_dataset]
-        return SeededLengthGroupedSampler(
+        self._seeded_sampler = SeededLengthGroupedSampler(
             self.args.train_batch_size * self.args.gradient_accumulation_steps,
             lengths=lengths,
             seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
         )
+        return self._seeded_sampler
 
     def _own_model(self):
         """The model when it is one of ours on a plain (non-sharded) setup, else None."""

@@ -14,12 +14,14 @@ from tests.multiprocess.test_classification_two_processes import data, launch  #
 pytestmark = pytest.mark.multiprocess
 
 
-def test_two_process_run_resumes_exactly(tiny_bert, data, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("strategy", ["group_by_length", "random"])
+def test_two_process_run_resumes_exactly(tiny_bert, data, tmp_path, strategy):  # noqa: F811
     train, dev = data
     argv = ["classification", "train", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
     argv += ["--validation_file", str(dev), "--num_train_epochs", "2", "--per_device_train_batch_size", "2"]
     argv += ["--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "10", "--seed", "3"]
     argv += ["--mixed_precision", "no", "--report_to", "none", "--logging_steps", "1"]
+    argv += ["--train_sampling_strategy", strategy]
     reference = tmp_path / "reference"
     launch([*argv, "--output_dir", str(reference)])
     middle = reference / "checkpoint-9"  # 28 rows / (2 x 2) = 7 steps per epoch: mid epoch 1
