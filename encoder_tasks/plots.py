@@ -186,7 +186,7 @@ def plot_per_type_f1(per_type: dict, out_dir, title: str = "Per-type scores") ->
 
 
 def plot_score_distribution(
-    scores, references, out_dir, xlabel: str = "score", label_names=None
+    scores, references, out_dir, xlabel: str = "score", label_names=None, continuous: bool = False
 ) -> Path | None:
     """Histograms of predicted scores, one per true label (or against the true score)."""
     plt = _pyplot()
@@ -196,7 +196,7 @@ def plot_score_distribution(
     references = np.asarray(references).reshape(-1)
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     values = np.unique(references)
-    if len(values) <= 10:
+    if not continuous and len(values) <= 10:
         bins = np.linspace(scores.min(), scores.max() + 1e-9, 30)
         for value in values:
             name = label_names[int(value)] if label_names and 0 <= int(value) < len(label_names) else value
@@ -272,7 +272,9 @@ def plot_predictions(task: str, metadata: dict, metrics: dict, predictions, labe
         scores = preds.reshape(len(preds), -1)
         if scores.shape[1] == 1:
             written.append(
-                _safely(plot_score_distribution, scores[:, 0], refs, out_dir, label_names=names or None)
+                _safely(
+                    plot_score_distribution, scores[:, 0], refs, out_dir, continuous=problem == "regression"
+                )
             )
         elif scores.shape[1] == 2 and refs.ndim == 1:
             written.append(
