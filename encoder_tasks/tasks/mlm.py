@@ -652,7 +652,9 @@ def fill_mask(
     mask = tokenizer.mask_token
     texts = [t.replace("[MASK]", mask).replace("<mask>", mask) for t in texts]
     results = []
-    for start in range(0, len(texts), batch_size):
+    from ..tracking import progress
+
+    for start in progress(range(0, len(texts), batch_size), desc="filling masks", unit="batch"):
         chunk = texts[start : start + batch_size]
         batch = tokenizer(chunk, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
         batch = {k: v.to(model.device) for k, v in batch.items()}
