@@ -40,6 +40,10 @@ def _usage() -> str:
         "tasks:",
     ]
     lines += [f"  {name:<16} {spec.summary}" for name, spec in TASKS.items()]
+    lines += [
+        "",
+        "Task actions of their own: `encoder-tasks embedding encode|retrieve` (texts to vectors, nearest texts).",
+    ]
     lines += ["", "`encoder-tasks <task> <action> --help` lists every flag (recipe keys are the same names)."]
     return "\n".join(lines)
 
@@ -62,13 +66,23 @@ def _run(argv: list[str]) -> int:
     if task_name not in TASKS:
         raise UserError(f"unknown task {task_name!r}; choose one of: {', '.join(TASKS)}")
     if not rest or rest[0] not in ACTIONS:
-        found = rest[0] if rest else "nothing"
-        raise UserError(f"{task_name}: expected an action ({', '.join(ACTIONS)}), found {found!r}")
+        # A task may add actions of its own: EXTRA_ACTIONS = {"encode": (ArgumentsClass, function)}.
+        extra = getattr(TASKS[task_name].load(), "EXTRA_ACTIONS", {}) if rest else {}
+        if not rest or rest[0] not in extra:
+            found = rest[0] if rest else "nothing"
+            known = ", ".join([*ACTIONS, *extra])
+            raise UserError(f"{task_name}: expected an action ({known}), found {found!r}")
     action, flags = rest[0], rest[1:]
     prog = f"encoder-tasks {task_name} {action}"
     task = TASKS[task_name].load()
     from .config import DataArguments, ModelArguments, parse_args
 
+    extra = getattr(task, "EXTRA_ACTIONS", {})
+    if action in extra and action not in ACTIONS:  # the shared actions always win
+        arguments_class, function = extra[action]
+        (action_args,) = parse_args([arguments_class], flags, prog=prog)
+        function(action_args)
+        return 0
     if action == "search":
         from .search import main as search_main
 

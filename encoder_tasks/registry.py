@@ -31,6 +31,16 @@ TASKS: dict[str, TaskSpec] = {
         "encoder_tasks.tasks.classification",
         "Single-label, multi-label and regression on one text or a pair of texts.",
     ),
+    "pair": TaskSpec(
+        "pair",
+        "encoder_tasks.tasks.pair",
+        "Cross-encoder: a label (paraphrase, NLI) or a similarity score for a pair of texts.",
+    ),
+    "embedding": TaskSpec(
+        "embedding",
+        "encoder_tasks.tasks.embedding",
+        "Bi-encoder: text to vector (in-batch negatives, CoSENT); encode a corpus and retrieve from it.",
+    ),
     "qa": TaskSpec(
         "qa",
         "encoder_tasks.tasks.qa",

@@ -1,0 +1,223 @@
+"""Bi-encoder task: data preparation, the model, saving in the sentence-transformers layout."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from encoder_tasks.backbone import load_encoder, load_tokenizer, resolve_model_path
+from encoder_tasks.config import DataArguments
+from encoder_tasks.data import Split, read_file
+from encoder_tasks.errors import UserError
+from encoder_tasks.st_layout import read_sentence_transformers_pooling
+from encoder_tasks.tasks import embedding as emb
+from encoder_tasks.tasks.embedding_eval import retrieval_corpus
+from tests.conftest import write
+
+SCORED = (
+    "sentence1\tsentence2\tscore\n"
+    "the film was good\tthe movie was good\t4.5\n"
+    "the cat sat\ta cat sat on the mat\t3.0\n"
+    "john lives in paris\tjohn lives in london\t1.0\n"
+    "big red dog\tsmall blue cat\t0.0\n"
+)
+TRIPLES = (
+    "anchor,positive,negative\n"
+    "the film was good,the movie was good,the film was bad\n"
+    "the cat sat,a cat sat on the mat,the dog ran\n"
+    "john lives in paris,john smith lives in paris,john lives in london\n"
+)
+
+
+def split(tmp_path, name, text):
+    path = write(tmp_path / name, text)
+    return Split("train", str(path), read_file(path))
+
+
+def test_scored_pairs_default_to_cosent_with_scaled_labels(tmp_path, tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    s = split(tmp_path, "t.tsv", SCORED)
+    prepared = emb.prepare({"train": s, "validation": s}, tok, emb.EmbeddingArguments(), DataArguments())
+    assert prepared.metadata["loss"] == "cosent" and prepared.metadata["score_range"] == [0.0, 4.5]
+    assert prepared.train["labels"] == pytest.approx([1.0, 3 / 4.5, 1 / 4.5, 0.0])
+    assert prepared.metadata["evaluation_mode"] == "sts"
+    assert prepared.eval["score"] == [4.5, 3.0, 1.0, 0.0]
+    assert prepared.head_kwargs["loss"] == "cosent"
+
+
+def test_triples_train_mnrl_with_hard_negatives(tmp_path, tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    s = split(tmp_path, "t.csv", TRIPLES)
+    args = emb.EmbeddingArguments(negative_columns="negative")
+    prepared = emb.prepare({"train": s, "validation": s}, tok, args, DataArguments())
+    assert prepared.metadata["loss"] == "mnrl" and prepared.metadata["evaluation_mode"] == "retrieval"
+    assert "negative_0_input_ids" in prepared.train.column_names
+    batch = prepared.collator(8)([prepared.train[i] for i in range(3)])
+    assert batch["anchor"]["input_ids"].shape[1] % 8 == 0 and len(batch["negatives"]) == 1
+    model = emb.build_model(load_encoder(tiny_bert), prepared.head_kwargs)
+    out = model(**batch)
+    assert torch.isfinite(out.loss) and out.embeddings.shape == (3, 32)
+    out.loss.backward()
+    assert model.encoder.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+
+
+def test_min_score_keeps_positive_pairs_for_mnrl(tmp_path, tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    args = emb.EmbeddingArguments(loss="infonce", positive_min_score=3.0)
+    prepared = emb.prepare({"train": split(tmp_path, "t.tsv", SCORED)}, tok, args, DataArguments())
+    assert prepared.metadata["loss"] == "mnrl" and len(prepared.train) == 2
+    assert "labels" not in prepared.train.column_names
+
+
+@pytest.mark.parametrize(
+    ("text", "kwargs", "message"),
+    [
+        (
+            TRIPLES,
+            {"loss": "cosent"},
+            r"no score column 'score\|label'; found columns \['anchor', 'positive', 'negative'\]",
+        ),
+        (
+            SCORED.replace("\t4.5", "\thigh"),
+            {},
+            r"t.tsv line 2: column 'score' expected a number, found 'high'",
+        ),
+        (
+            SCORED,
+            {"negative_columns": "negative", "loss": "cosent"},
+            r"--negative_columns is for --loss mnrl",
+        ),
+        (
+            SCORED,
+            {"negative_columns": "hard"},
+            r"no negative column .hard. \(--negative_columns\); found columns",
+        ),
+        (
+            "a,b\nx,y\n",
+            {},
+            r"no text column 'anchor\|sentence1\|query\|text1\|text'; found columns \['a', 'b'\]",
+        ),
+        (SCORED.replace("the cat sat\t", "\t"), {}, r"t.tsv line 3: column 'sentence1' is empty"),
+    ],
+)
+def test_bad_inputs_name_file_line_and_column(tmp_path, tiny_bert, text, kwargs, message):
+    tok = load_tokenizer(tiny_bert)
+    name = "t.tsv" if "\t" in text else "t.csv"
+    with pytest.raises(UserError, match=message):
+        emb.prepare(
+            {"train": split(tmp_path, name, text)}, tok, emb.EmbeddingArguments(**kwargs), DataArguments()
+        )
+
+
+def test_retrieval_on_scored_pairs_needs_a_threshold(tmp_path, tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    s = split(tmp_path, "t.tsv", SCORED)
+    with pytest.raises(UserError, match="needs --positive_min_score"):
+        emb.prepare(
+            {"train": s, "validation": s}, tok, emb.EmbeddingArguments(evaluation="both"), DataArguments()
+        )
+
+
+@pytest.mark.parametrize(
+    "bad", [{"loss": "triplet"}, {"evaluation": "map"}, {"pooling": "sum"}, {"retrieval_k": "1,x"}]
+)
+def test_bad_settings(bad):
+    with pytest.raises(UserError):
+        emb.EmbeddingArguments(**bad)
+
+
+def test_retrieval_corpus_from_pairs():
+    anchors = ["q1", "q2", "q1", "q3"]
+    positives = ["d1", "d2", "d3", "q3"]
+    queries, corpus, relevant, exclude = retrieval_corpus(anchors, positives, [5, 1, 4, 5], min_score=4)
+    assert corpus == ["q1", "q2", "q3", "d1", "d2", "d3"]
+    assert queries == ["q1"]  # q2 scores too low; q3's positive is itself
+    assert relevant == [{3, 5}] and exclude == [{0}]
+
+
+def test_duplicate_texts_share_keys(tmp_path, tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    text = "anchor,positive\nthe cat,a dog\nthe cat,big red\nsmall,a dog\n"
+    prepared = emb.prepare(
+        {"train": split(tmp_path, "t.csv", text)}, tok, emb.EmbeddingArguments(), DataArguments()
+    )
+    keys = emb.duplicate_keys(prepared.train)
+    assert keys[0][0] == keys[1][0] and keys[0][1] == keys[2][1] and keys[1][1] != keys[2][1]
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "modernbert"])
+@pytest.mark.parametrize("pooling", ["mean", "cls", "max"])
+def test_embeddings_do_not_depend_on_padding(tiny_models, family, pooling):
+    tok = load_tokenizer(tiny_models[family])
+    model = emb.BiEncoder(load_encoder(tiny_models[family]), pooling=pooling).eval()
+    texts = ["the cat sat on the mat and the dog ran", "good"]
+    together = emb.encode_texts(model, tok, texts, batch_size=2)
+    alone = np.concatenate([emb.encode_texts(model, tok, [t]) for t in texts])
+    assert np.allclose(together, alone, atol=1e-5)
+    assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+
+
+def _saved(tmp_path, tiny_models, family="bert", **head):
+    model = emb.BiEncoder(load_encoder(tiny_models[family]), **head)
+    model.metadata["max_length"] = 64
+    out = tmp_path / f"model-{family}"
+    model.save_pretrained(out)
+    load_tokenizer(tiny_models[family]).save_pretrained(out)
+    return model.eval(), out
+
+
+def test_saved_layout_matches_a_sentence_transformers_model(tmp_path, tiny_models):
+    from transformers import AutoModel
+
+    model, out = _saved(tmp_path, tiny_models)
+    reference = Path(resolve_model_path("sentence-transformers/all-MiniLM-L6-v2"))
+    ours = json.loads((out / "modules.json").read_text())
+    theirs = json.loads((reference / "modules.json").read_text())
+    assert [(m["path"], m["type"]) for m in ours] == [(m["path"], m["type"]) for m in theirs]
+    our_pool = json.loads((out / "1_Pooling" / "config.json").read_text())
+    their_pool = json.loads((reference / "1_Pooling" / "config.json").read_text())
+    assert set(their_pool) <= set(our_pool) and our_pool["word_embedding_dimension"] == 32
+    assert set(json.loads((reference / "sentence_bert_config.json").read_text())) <= set(
+        json.loads((out / "sentence_bert_config.json").read_text())
+    )
+    assert read_sentence_transformers_pooling(reference) == ("mean", True)
+    # AutoModel loads the folder as a plain encoder with the same weights
+    plain = AutoModel.from_pretrained(out)
+    for name, tensor in model.encoder.state_dict().items():
+        assert torch.equal(plain.state_dict()[name], tensor), name
+    # and the toolkit reloads the bi-encoder
+    again = emb.load_bi_encoder(str(out))
+    tok = load_tokenizer(out)
+    texts = ["the film was good", "john lives in paris"]
+    assert np.allclose(emb.encode_texts(model, tok, texts), emb.encode_texts(again, tok, texts), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("family", "pooling", "normalize"),
+    [("bert", "mean", True), ("bert", "cls", False), ("roberta", "max", True), ("distilbert", "mean", True)],
+)
+def test_sentence_transformers_loads_the_saved_model(tmp_path, tiny_models, family, pooling, normalize):
+    st = pytest.importorskip("sentence_transformers")
+    model, out = _saved(tmp_path, tiny_models, family, pooling=pooling, normalize=normalize)
+    assert read_sentence_transformers_pooling(out) == (pooling, normalize)
+    loaded = st.SentenceTransformer(str(out), device="cpu")
+    texts = ["the film was good and fun", "john lives in paris", "a"]
+    theirs = loaded.encode(texts, convert_to_numpy=True)
+    ours = emb.encode_texts(model, load_tokenizer(out), texts)
+    assert theirs.shape == ours.shape and np.allclose(theirs, ours, atol=1e-5)
+    assert loaded.max_seq_length == 64
+
+
+def test_load_bi_encoder_refuses_other_tasks(tmp_path, tiny_bert):
+    from encoder_tasks.tasks.classification import SequenceClassifier
+
+    SequenceClassifier(load_encoder(tiny_bert), num_labels=2).save_pretrained(tmp_path / "cls")
+    with pytest.raises(UserError, match="holds a 'classification' model, not an embedding model"):
+        emb.load_bi_encoder(str(tmp_path / "cls"))
+
+
+def test_plain_encoder_loads_with_mean_pooling(tiny_bert):
+    model = emb.load_bi_encoder(tiny_bert)
+    assert model.pooler.mode == "mean" and model.normalize and not model.training

@@ -1,0 +1,85 @@
+"""Cross-encoder pair task: the classification machinery with pair defaults."""
+
+import numpy as np
+import pytest
+
+from encoder_tasks.backbone import load_encoder, load_tokenizer
+from encoder_tasks.config import DataArguments
+from encoder_tasks.data import Split, read_file
+from encoder_tasks.errors import UserError
+from encoder_tasks.tasks import classification, pair
+from tests.conftest import write
+
+STS = (
+    "main-captions\tMSRvid\t2012\t0001\t5.000\tA plane is taking off.\tAn air plane is taking off.\n"
+    "main-news\theadlines\t2013\t0002\t1.600\tthe cat sat\tthe dog ran\textra\tcolumns\n"
+    "main-forums\tdeft\t2014\t0003\t3.800\tjohn lives in paris\tjohn smith lives in paris\n"
+)
+COLUMNS = "genre,source,year,id,score,sentence1,sentence2"
+
+
+def sts_split(tmp_path):
+    path = write(tmp_path / "sts-train.csv", STS)
+    return Split("train", str(path), read_file(path, column_names=COLUMNS.split(",")))
+
+
+def test_pair_reuses_classification():
+    assert issubclass(pair.PairArguments, classification.ClassificationArguments)
+    assert issubclass(pair.PairClassifier, classification.SequenceClassifier)
+    assert pair.predict_file is classification.predict_file
+
+
+def test_sts_file_without_header_becomes_regression(tmp_path, tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    prepared = pair.prepare({"train": sts_split(tmp_path)}, tok, pair.PairArguments(), DataArguments())
+    assert prepared.metadata["problem_type"] == "regression"
+    assert prepared.metadata["label_names"] == ["score"]
+    assert prepared.train["labels"] == pytest.approx([5.0, 1.6, 3.8])
+    # both texts in one input, the second marked by segment ids (BERT has them)
+    row = prepared.train[0]
+    assert 0 in row["token_type_ids"] and 1 in row["token_type_ids"]
+    assert row["input_ids"].count(tok.sep_token_id) == 2
+    model = pair.build_model(load_encoder(tiny_bert), prepared.head_kwargs)
+    assert model.task == "pair" and model.classifier.out_features == 1
+
+
+def test_paraphrase_labels_become_classes_with_f1(tmp_path, tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    text = "sentence1,sentence2,label\na cat,the cat,1\na cat,a dog,0\nthe film,the movie,1\n"
+    path = write(tmp_path / "p.csv", text)
+    prepared = pair.prepare(
+        {"train": Split("train", str(path), read_file(path))}, tok, pair.PairArguments(), DataArguments()
+    )
+    assert prepared.metadata["problem_type"] == "single_label" and prepared.train["labels"] == [1, 0, 1]
+    logits = np.array([[0.1, 0.9], [0.8, 0.2], [0.9, 0.1]])
+    metrics = prepared.compute_metrics(
+        type("P", (), {"predictions": logits, "label_ids": np.array([1, 0, 1])})
+    )
+    assert metrics["accuracy"] == pytest.approx(2 / 3)
+    assert metrics["per_class"]["1"]["f1-score"] == pytest.approx(2 / 3)
+
+
+def test_regression_metrics_are_pearson_and_spearman(tmp_path, tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    prepared = pair.prepare({"train": sts_split(tmp_path)}, tok, pair.PairArguments(), DataArguments())
+    preds = np.array([[4.0], [1.0], [2.0]])
+    metrics = prepared.compute_metrics(
+        type("P", (), {"predictions": preds, "label_ids": np.array([5.0, 1.6, 3.8])})
+    )
+    assert metrics["spearman"] == pytest.approx(1.0) and 0.9 < metrics["pearson"] < 1.0
+
+
+def test_pair_needs_a_second_text():
+    with pytest.raises(UserError, match="--text_pair_column is required"):
+        pair.PairArguments(text_pair_column="")
+
+
+def test_missing_pair_column_names_the_columns(tmp_path, tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    path = write(tmp_path / "p.csv", "sentence1,label\na,1\nb,0\n")
+    with pytest.raises(
+        UserError, match=r"no text_pair column 'sentence2\|text2\|hypothesis\|question2\|positive'"
+    ):
+        pair.prepare(
+            {"train": Split("train", str(path), read_file(path))}, tok, pair.PairArguments(), DataArguments()
+        )
