@@ -192,11 +192,11 @@ def search(task_name: str, model_args, data_args, task_args, training_args, sear
         model_args.tokenizer_name or model_args.model_name_or_path,
         trust_remote_code=model_args.trust_remote_code,
     )
-    splits = _limit_splits(
-        _load_data(task, data_args, ("train", "validation")), data_args, training_args.seed
-    )
+    # Tasks may derive the evaluation split from the training file (QA holds out articles).
+    splits = _load_data(task, data_args, ("train",), task_args)
     if "validation" not in splits:
         raise UserError("search: needs --validation_file (trials are scored on it)")
+    splits = _limit_splits(splits, data_args, training_args.seed)
     prepared = task.prepare(splits, tokenizer, task_args, data_args)
 
     def model_init(trial=None):
@@ -223,7 +223,10 @@ def search(task_name: str, model_args, data_args, task_args, training_args, sear
 
     def objective(metrics: dict) -> float:
         if "metric" not in chosen:
-            chosen["metric"] = pick_metric(metrics, search_args.search_metric)
+            wanted = search_args.search_metric
+            if wanted is None:  # the task's own objective, as far as this run reports it
+                wanted = next((m for m in TASK_OBJECTIVES.get(task_name, ()) if m in metrics), None)
+            chosen["metric"] = pick_metric(metrics, wanted)
         value = float(metrics[chosen["metric"]])
         return value if math.isfinite(value) else float("nan")
 
@@ -277,15 +280,19 @@ def search(task_name: str, model_args, data_args, task_args, training_args, sear
     return result
 
 
+#: Each task's objective, most specific first (what the task reports depends on its settings).
+TASK_OBJECTIVES = {
+    "classification": ("eval_accuracy", "eval_micro_f1", "eval_spearman"),
+    "pair": ("eval_accuracy", "eval_micro_f1", "eval_spearman"),
+    "ner": ("eval_f1_strict", "eval_macro_f1", "eval_accuracy"),
+    "qa": ("eval_f1", "eval_exact_match"),
+    "embedding": ("eval_cosine_spearman", "eval_ndcg@10", "eval_mrr@10", "eval_loss"),
+    "mlm": ("eval_loss",),
+}
+
+
 def _default_metric(task_name: str) -> str:
-    return {
-        "classification": "eval_accuracy",
-        "ner": "eval_f1",
-        "qa": "eval_f1",
-        "pair": "eval_accuracy",
-        "embedding": "eval_loss",
-        "mlm": "eval_loss",
-    }.get(task_name, "eval_loss")
+    return TASK_OBJECTIVES.get(task_name, ("eval_loss",))[0]
 
 
 def _fmt(value) -> str:

@@ -215,3 +215,39 @@ def test_lora_run_resumes_from_its_checkpoint(tiny_bert, data, tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["train_resumed_from_step"] == 4 and metrics["epoch"] == 2
     assert not any("lora_" in k for k in load_file(str(out / "model.safetensors")))
+
+
+@pytest.mark.parametrize("task", ["ner", "qa"])
+def test_search_works_for_tasks_with_their_own_trainer(tiny_bert, tmp_path, task):
+    """NER (CRF-aware metrics bound to the trainer) and QA (held-out articles, null threshold)."""
+    pytest.importorskip("optuna")
+    if task == "ner":
+        from tests.recipes.test_cli_ner import conll
+
+        data = ["--train_file", str(write(tmp_path / "train.conll", conll()))]
+        data += ["--validation_file", str(tmp_path / "train.conll"), "--crf", "true"]
+    else:
+        from tests.recipes.test_cli_qa import squad_json
+
+        data = ["--train_file", str(write(tmp_path / "train.json", json.dumps(squad_json())))]
+        data += ["--validation_file", str(tmp_path / "train.json")]
+    out = tmp_path / "search"
+    argv = [task, "search", "--model_name_or_path", tiny_bert, *data, "--output_dir", str(out)]
+    argv += [
+        "--n_trials",
+        "2",
+        "--num_train_epochs",
+        "1",
+        "--per_device_train_batch_size",
+        "4",
+        "--report_to",
+        "none",
+    ]
+    assert main(argv) == 0
+    result = json.loads((out / "search_results.json").read_text())
+    assert [t["state"] for t in result["trials"]] == ["COMPLETE", "COMPLETE"]
+    assert (
+        result["metric"] == {"ner": "eval_f1_strict", "qa": "eval_f1"}[task]
+        and result["direction"] == "maximize"
+    )
+    assert result["best"]["value"] == max(t["value"] for t in result["trials"])
