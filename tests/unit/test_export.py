@@ -254,3 +254,43 @@ def test_masked_lm_fill_mask_pipeline_matches_toolkit(tiny_models, tmp_path, fam
     top = probs.topk(5)
     assert [row["token"] for row in served] == top.indices.tolist()
     assert [row["score"] for row in served] == pytest.approx(top.values.tolist(), abs=1e-4)
+
+
+def _head(task, path):
+    module = pytest.importorskip(f"encoder_tasks.tasks.{task}")
+    encoder = load_encoder(path)
+    if task == "qa":
+        return module.ExtractiveQuestionAnswering(encoder)
+    if task == "mlm":
+        return module.MaskedLanguageModel(encoder)
+    if task == "ner":
+        return module.TokenTagger(encoder, label_names=["O", "B-X", "I-X"])
+    return module.build_model(encoder, {"pooling": "mean", "normalize": True})
+
+
+@pytest.mark.parametrize("task", ["qa", "mlm", "embedding", "ner"])
+def test_onnx_every_head_matches_pytorch(tiny_models, tmp_path, task):
+    pytest.importorskip("onnxruntime")
+    path = tiny_models["roberta"]  # BPE, no token types
+    tokenizer = load_tokenizer(path)
+    torch.manual_seed(5)
+    model = _head(task, path).eval()
+    _save(model, tokenizer, tmp_path / "run")
+    export_model(tmp_path / "run", tmp_path / "onnx", fmt="onnx")
+    served = OnnxModel(tmp_path / "onnx")
+    pairs = TEXTS[::-1] if task == "qa" else None
+    got = served.outputs(TEXTS, pairs)
+    batch = tokenizer(TEXTS, pairs, padding=True, return_tensors="pt")
+    real = batch["attention_mask"].bool().numpy()
+    with torch.no_grad():
+        if task == "embedding":
+            want = {"embeddings": model.embed(**batch)}
+        else:
+            out = model(**batch)
+            want = {k: getattr(out, k) for k in served.output_names}
+    for name, value in want.items():
+        value = value.float().numpy()
+        mine = got[name]
+        if value.ndim >= 2 and value.shape[:2] == real.shape:  # per token: compare real positions
+            value, mine = value[real], mine[real]
+        np.testing.assert_allclose(mine, value, atol=1e-4, rtol=1e-4)
