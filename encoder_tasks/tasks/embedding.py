@@ -612,8 +612,13 @@ def predict_file(args: EmbeddingPredictArguments) -> dict:
         "predict", args.input_file, read_file(args.input_file, args.delimiter, column_names, args.encoding)
     )
     meta = model.metadata
-    first = _texts(split, resolve_column(split, args.text_column or meta.get("text_column", "text"), "text"))
-    second_spec = args.text_pair_column or meta.get("text_pair_column", "text_pair")
+    first = _texts(
+        split,
+        resolve_column(
+            split, args.text_column or meta.get("text_column", EmbeddingArguments.text_column), "text"
+        ),
+    )
+    second_spec = args.text_pair_column or meta.get("text_pair_column", EmbeddingArguments.text_pair_column)
     second = _texts(split, resolve_column(split, second_spec, "text_pair"))
     if torch.cuda.is_available():
         model.cuda()

@@ -206,3 +206,20 @@ def test_encode_and_retrieve_errors(trained, tiny_models, tmp_path, capsys):
     assert (
         "expected an action (train, evaluate, predict, search, encode, retrieve)" in capsys.readouterr().err
     )
+
+
+def test_predict_and_encode_with_a_plain_encoder(tiny_bert, scored, tmp_path):
+    # no training: any encoder (or sentence-transformers folder) embeds with mean pooling
+    preds = tmp_path / "sim.jsonl"
+    args = ["--model_dir", tiny_bert, "--input_file", str(scored), "--output_file", str(preds)]
+    assert main(["embedding", "predict", *args]) == 0
+    rows = [json.loads(line) for line in preds.read_text().splitlines()]
+    assert rows[0]["text"] == PAIRS[0][0] and rows[0]["text_pair"] == PAIRS[0][1]
+    vectors = tmp_path / "v.npy"
+    args = ["--model_dir", tiny_bert, "--input_file", str(scored), "--text_column", "sentence1"]
+    assert main(["embedding", "encode", *args, "--output_file", str(vectors)]) == 0
+    v = np.load(vectors)
+    cos = float(v[0] @ v[0])
+    assert v.shape == (8, 32) and cos == pytest.approx(1.0, abs=1e-5)
+    ids = json.loads((tmp_path / "v.ids.json").read_text())["ids"]
+    assert ids == [str(n) for n in range(2, 10)]  # line numbers of the rows
