@@ -46,7 +46,8 @@ def test_sequence_classifier_pipeline_matches_toolkit_predict(tiny_models, tmp_p
     assert info["format"] == "transformers" and info["architecture"].endswith("ForSequenceClassification")
 
     served = pipeline("text-classification", model=str(tmp_path / "stock"), top_k=None, device=-1)(TEXTS)
-    ours, _ = predict_texts(model, tokenizer, TEXTS, max_length=64, stride=16)
+    # fp32: `predict` defaults to bf16 autocast where the CPU has it; the pipeline runs fp32.
+    ours, _ = predict_texts(model, tokenizer, TEXTS, max_length=64, stride=16, precision="fp32")
     for got, want in zip(served, ours):
         got = {row["label"]: row["score"] for row in got}
         assert set(got) == {"neg", "neutral", "pos"}
