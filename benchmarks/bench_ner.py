@@ -65,9 +65,10 @@ DATASETS = {
         463,
     ),
 }
-DEFAULT_RUNS = (
-    "wnut17:stock,wnut17:toolkit,wikiann-en:stock,wikiann-en:toolkit,wikiann-en:toolkit-crf,"
-    "resume-zh:stock,resume-zh:toolkit"
+DEFAULT_RUNS = ",".join(
+    f"{dataset}:{contender}"
+    for dataset in ("wnut17", "wikiann-en", "resume-zh")
+    for contender in ("stock", "toolkit", "toolkit-crf")
 )
 
 
