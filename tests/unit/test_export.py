@@ -295,3 +295,23 @@ def test_onnx_every_head_matches_pytorch(tiny_models, tmp_path, task):
         if value.ndim >= 2 and value.shape[:2] == real.shape:  # per token: compare real positions
             value, mine = value[real], mine[real]
         np.testing.assert_allclose(mine, value, atol=1e-4, rtol=1e-4)
+
+
+def test_pair_cross_encoder_pipeline_on_text_pairs(tiny_models, tmp_path):
+    pair = pytest.importorskip("encoder_tasks.tasks.pair")
+    from transformers import pipeline
+
+    path = tiny_models["electra"]
+    tokenizer = load_tokenizer(path)
+    torch.manual_seed(6)
+    model = pair.PairClassifier(load_encoder(path), num_labels=2, pooling="cls")
+    torch.nn.init.normal_(model.classifier.weight, std=2.0)
+    model.metadata.update({"label_names": ["different", "paraphrase"], "problem_type": "single_label"})
+    _save(model.eval(), tokenizer, tmp_path / "run")
+    assert export_model(tmp_path / "run", tmp_path / "stock")["task"] == "pair"
+    pipe = pipeline("text-classification", model=str(tmp_path / "stock"), top_k=None, device=-1)
+    served = pipe([{"text": a, "text_pair": b} for a, b in zip(TEXTS, TEXTS[::-1])])
+    ours, _ = predict_texts(model, tokenizer, TEXTS, TEXTS[::-1], long_text="truncate", precision="fp32")
+    for got, want in zip(served, ours):
+        got = {row["label"]: row["score"] for row in got}
+        assert got == pytest.approx(want["probabilities"], abs=1e-4)
