@@ -77,3 +77,13 @@ def read_sentence_transformers_pooling(path) -> tuple[str, bool] | None:
         )
     normalize = any(m["type"].endswith("models.Normalize") for m in modules)
     return modes[0], normalize
+
+
+def read_max_seq_length(path) -> int | None:
+    """``max_seq_length`` of a sentence-transformers folder (what it truncates texts to), if set."""
+    config = Path(path) / "sentence_bert_config.json"
+    try:
+        value = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) and value > 0 else None

@@ -35,7 +35,11 @@ from ..errors import UserError
 from ..heads import WEIGHTS_FILE, EncoderWithHead, Pooler, _is_tied_copy
 from ..losses import LOSSES, SCORED_LOSSES, build_loss
 from ..samplers import DuplicateFreeBatchSampler
-from ..st_layout import read_sentence_transformers_pooling, write_sentence_transformers_files
+from ..st_layout import (
+    read_max_seq_length,
+    read_sentence_transformers_pooling,
+    write_sentence_transformers_files,
+)
 from ..trainer import EncoderTaskTrainer
 from .classification import Prepared, _texts, resolve_column
 from .embedding_eval import evaluate_embeddings, unit_rows
@@ -263,6 +267,8 @@ def load_bi_encoder(name_or_path: str) -> BiEncoder:
         return BiEncoder.from_pretrained(path)
     pooling, normalize = read_sentence_transformers_pooling(path) or ("mean", True)
     model = BiEncoder(load_encoder(path), pooling=pooling, normalize=normalize)
+    # Truncate as sentence-transformers does for this model (MiniLM: 256 tokens).
+    model.metadata["max_length"] = read_max_seq_length(path)
     return model.eval()
 
 

@@ -11,7 +11,7 @@ from encoder_tasks.backbone import load_encoder, load_tokenizer, resolve_model_p
 from encoder_tasks.config import DataArguments
 from encoder_tasks.data import Split, read_file
 from encoder_tasks.errors import UserError
-from encoder_tasks.st_layout import read_sentence_transformers_pooling
+from encoder_tasks.st_layout import read_max_seq_length, read_sentence_transformers_pooling
 from encoder_tasks.tasks import embedding as emb
 from encoder_tasks.tasks.embedding_eval import retrieval_corpus
 from tests.conftest import write
@@ -183,6 +183,7 @@ def test_saved_layout_matches_a_sentence_transformers_model(tmp_path, tiny_model
         json.loads((out / "sentence_bert_config.json").read_text())
     )
     assert read_sentence_transformers_pooling(reference) == ("mean", True)
+    assert read_max_seq_length(reference) == 256 and read_max_seq_length(out) == 64
     # AutoModel loads the folder as a plain encoder with the same weights
     plain = AutoModel.from_pretrained(out)
     for name, tensor in model.encoder.state_dict().items():
