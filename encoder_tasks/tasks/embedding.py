@@ -289,7 +289,9 @@ def encode_texts(model: BiEncoder, tokenizer, texts, batch_size: int = 64, max_l
     model.eval()
     device = model.device
     out = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
-    for start in range(0, len(order), batch_size):
+    from ..tracking import progress
+
+    for start in progress(range(0, len(order), batch_size), desc="encoding", unit="batch"):
         chunk = order[start : start + batch_size]
         batch = tokenizer.pad([{k: encoded[k][i] for k in keys} for i in chunk], return_tensors="pt")
         vectors = model.embed(**{k: v.to(device) for k, v in batch.items()})
