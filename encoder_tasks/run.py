@@ -273,7 +273,9 @@ def evaluate(task_name: str, model_args, data_args, task_args, training_args) ->
             f"{model_dir} holds a {model.task!r} model; use `encoder-tasks {model.task} evaluate`"
         )
     tokenizer = load_tokenizer(model_dir)
-    splits = _limit_splits(_load_data(task, data_args, ("validation",), task_args), data_args, training_args.seed)
+    splits = _limit_splits(
+        _load_data(task, data_args, ("validation",), task_args), data_args, training_args.seed
+    )
     splits.pop("train", None)
     prepared = task.prepare(splits, tokenizer, task_args, data_args, metadata=model.metadata)
     scratch = tempfile.mkdtemp(prefix="encoder-tasks-eval-")
