@@ -267,7 +267,7 @@ def check_answers(rows_answers, contexts, ids, source: str, policy: str = "fix")
     if report.mismatched:
         if policy == "error":
             raise UserError(report.summary(shown=50) + ". Fix the data or pass --answer_check fix|skip")
-        logger.warning(report.summary())
+        # printed, not logged: the CLI shows logs too, and the report should appear once
         print(f"[encoder-tasks] warning: {report.summary()}")
     return spans, report
 
