@@ -12,7 +12,7 @@ Example:
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "train.conll"
     >>> _ = p.write_text("-DOCSTART- O\\n\\nJohn B-PER\\nlives O\\n\\nParis B-LOC\\n")
     >>> ds = read_conll(p)
-    >>> ds["tokens"], ds["tags"], ds["_line"]
+    >>> list(ds["tokens"]), list(ds["tags"]), list(ds["_line"])
     ([['John', 'lives'], ['Paris']], [['B-PER', 'O'], ['B-LOC']], [3, 6])
 """
 

@@ -6,7 +6,7 @@ stitching, so a constraint also holds across window seams.
 Example:
     >>> import numpy as np
     >>> labels = ["O", "B-PER", "I-PER"]
-    >>> scores = [np.log(np.array([[0.6, 0.1, 0.3], [0.2, 0.1, 0.7]], dtype=np.float32))]
+    >>> scores = [np.log(np.array([[0.4, 0.35, 0.25], [0.2, 0.1, 0.7]], dtype=np.float32))]
     >>> decode(scores, labels, mode="argmax")[0][0]
     ['O', 'I-PER']
     >>> decode(scores, labels, mode="viterbi")[0][0]  # no I-PER after O
@@ -69,3 +69,23 @@ def decode(
             tags[i] = [label_names[j] for j in paths[row, :n].tolist()]
             probs[i] = path_probs[row, :n].numpy()
     return tags, probs
+
+
+def decoding_mode(metadata: dict) -> str:
+    """The decoder a saved model asks for: ``auto`` is Viterbi for span schemes, else argmax."""
+    mode = metadata.get("decoding", "auto")
+    if mode == "auto":
+        return "argmax" if metadata["tag_scheme"] == "none" else "viterbi"
+    return mode
+
+
+def cpu_crf_copy(model) -> LinearChainCRF | None:
+    """An fp32 CPU copy of a model's CRF (constraints included) for decoding, or None."""
+    crf = getattr(model, "crf", None)
+    if crf is None:
+        return None
+    copy = LinearChainCRF(crf.num_tags)
+    copy.load_state_dict({k: v.detach().float().cpu() for k, v in crf.state_dict().items()})
+    copy.allowed = crf.allowed.cpu() if crf.allowed is not None else None
+    copy.allowed_start = crf.allowed_start.cpu() if crf.allowed_start is not None else None
+    return copy

@@ -13,7 +13,7 @@ Example:
     >>> tok = make_tiny_tokenizer()
     >>> feats = featurize([["john", "smith", "lives", "in", "paris"]], tok, max_length=5, stride=1)
     >>> [(f["word_offset"], len(f["word_index"])) for f in feats]
-    [(0, 3), (2, 3), (4, 1)]
+    [(0, 3), (2, 3)]
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def stitch(
         >>> feats = [{"example_index": 0, "word_offset": 0}, {"example_index": 0, "word_offset": 2}]
         >>> rows = [np.array([[0.0], [0.0], [0.0]]), np.array([[1.0], [1.0], [1.0]])]
         >>> stitch(feats, rows, [5])[0].ravel().tolist()
-        [0.0, 0.0, 1.0, 1.0, 1.0]
+        [0.0, 0.0, 0.0, 1.0, 1.0]
     """
     width = per_feature[0].shape[-1] if per_feature else 0
     out = [np.zeros((n, width), dtype=np.float32) for n in sentence_lengths]

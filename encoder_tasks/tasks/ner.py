@@ -31,26 +31,28 @@ from ..errors import UserError
 from ..heads import EncoderWithHead, head_dropout
 from ..tag_schemes import (
     SCHEME_HELP,
-    InvalidTagSequence,
     allowed_transitions,
     check_scheme,
     detect_scheme,
-    from_iob2,
     iob2_labels,
-    spans_from_iob2,
     split_tag,
-    to_iob2,
 )
-from ..tagging.decoding import decode
+from ..tagging.decoding import cpu_crf_copy, decode, decoding_mode
 from ..tagging.features import IGNORE, TaggingCollator, featurize, stitch
 from ..tagging.metrics import entity_metrics, plain_tag_metrics
-from ..tagging.text import guess_level, join_words, missing_characters, split_words
+from ..tagging.predict import entities, predict_sentences, predict_texts, predict_tokens
+from ..tagging.reading import (
+    JSON_SUFFIXES,
+    normalise_tags,
+    read_sentences,
+    read_split,
+    warn_token_prefix,
+)
+from ..tagging.text import guess_level, missing_characters
 from ..trainer import EncoderTaskTrainer
 from .classification import Prepared, resolve_column
 
 logger = logging.getLogger(__name__)
-
-JSON_SUFFIXES = {".json", ".jsonl", ".ndjson"}
 
 
 @dataclass
@@ -281,120 +283,6 @@ def build_model(encoder, head_kwargs: dict) -> TokenTagger:
     return TokenTagger(encoder, **kwargs)
 
 
-# ---- reading ----------------------------------------------------------------------------------
-def read_split(path, delimiter="auto", column_names=None, encoding="utf-8", split=None):
-    """JSON/JSONL and ``save_to_disk`` folders as records, anything else as CoNLL columns."""
-    from ..data import read_file
-    from ..data.conll import read_conll
-
-    path = Path(path)
-    if path.is_dir() or path.suffix.lower() in JSON_SUFFIXES:
-        return read_file(path, delimiter, column_names, encoding, split)
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
-    return read_conll(path, delimiter, column_names, encoding)
-
-
-def _word_location(split: Split, row: int, position: int) -> str:
-    """``file line N`` of a token (CoNLL rows: one token per line), else the record and token."""
-    line = split.dataset[row]["_line"] if "_line" in split.dataset.column_names else None
-    conll = line is not None and Path(split.source).suffix.lower() not in JSON_SUFFIXES
-    if conll:
-        return f"{split.source} line {line + position}"
-    return f"{split.location(row)}, token {position + 1}"
-
-
-def _tag_names(split: Split, column: str) -> list[str] | None:
-    """Names of ``ClassLabel`` tags (Hub datasets store tag ids)."""
-    import datasets
-
-    feature = split.dataset.features.get(column)
-    inner = getattr(feature, "feature", None)
-    if isinstance(inner, datasets.ClassLabel):
-        return list(inner.names)
-    return None
-
-
-def read_sentences(split: Split, task_args, token_prefix: str | None, with_tags: bool = True):
-    """Tokens (prefix stripped) and raw tags of every sentence, validated."""
-    tok_col = resolve_column(split, task_args.tokens_column, "tokens")
-    tag_col = resolve_column(split, task_args.tags_column, "tags") if with_tags else None
-    names = _tag_names(split, tag_col) if tag_col else None
-    all_tokens = split.dataset[tok_col]
-    all_tags = split.dataset[tag_col] if tag_col else [None] * len(all_tokens)
-    sentences, tag_lists = [], []
-    for row, (tokens, tags) in enumerate(zip(all_tokens, all_tags)):
-        if isinstance(tokens, str) or not isinstance(tokens, (list, tuple)):
-            raise UserError(
-                f"{split.location(row)}: column {tok_col!r} must hold a list of tokens, found {type(tokens).__name__}"
-            )
-        if not tokens:
-            raise UserError(f"{split.location(row)}: column {tok_col!r} holds an empty sentence")
-        words = []
-        for position, token in enumerate(tokens):
-            if not isinstance(token, str) or not token.strip():
-                raise UserError(
-                    f"{_word_location(split, row, position)}: token {token!r} is not a non-empty string"
-                )
-            if token_prefix and token.startswith(token_prefix) and len(token) > len(token_prefix):
-                token = token[len(token_prefix) :]
-            words.append(token)
-        sentences.append(words)
-        if tag_col is None:
-            continue
-        if not isinstance(tags, (list, tuple)):
-            raise UserError(
-                f"{split.location(row)}: column {tag_col!r} must hold a list of tags, found {tags!r}"
-            )
-        if len(tags) != len(tokens):
-            raise UserError(
-                f"{split.location(row)}: {len(tokens)} tokens but {len(tags)} tags; every token needs one tag"
-            )
-        if names is not None:
-            tags = [names[t] for t in tags]
-        for position, tag in enumerate(tags):
-            if not isinstance(tag, str) or not tag.strip():
-                raise UserError(
-                    f"{_word_location(split, row, position)}: tag {tag!r} is not a tag name (strings, or "
-                    "ids of a ClassLabel feature)"
-                )
-        tag_lists.append([t.strip() for t in tags])
-    return sentences, tag_lists if tag_col else None
-
-
-def _warn_prefix(sentences: list[list[str]], source: str) -> None:
-    """Every token starting with the same ``xx:`` looks like WikiANN's language prefix."""
-    sample = [w for words in sentences[:200] for w in words]
-    heads = {w.split(":", 1)[0] + ":" for w in sample if ":" in w[1:]}
-    if sample and len(heads) == 1 and all(w.startswith(next(iter(heads))) for w in sample):
-        logger.warning(
-            "%s: every token starts with %r; pass --token_prefix %s to strip it", source, *heads, *heads
-        )
-
-
-def normalise_tags(
-    split: Split, tag_lists: list[list[str]], scheme: str, invalid: str
-) -> tuple[list[list[str]], int]:
-    """All sentences' tags in IOB2; invalid sequences stop with the line, or are counted and repaired."""
-    out, repairs = [], 0
-    for row, tags in enumerate(tag_lists):
-        try:
-            iob2, fixed = to_iob2(tags, scheme, repair=invalid == "repair")
-        except InvalidTagSequence as exc:
-            raise UserError(
-                f"{_word_location(split, row, exc.position)}: {exc}. Fix the data, check --tag_scheme "
-                f"(read as {scheme}), or pass --invalid_tags repair"
-            ) from None
-        out.append(iob2)
-        repairs += fixed
-    if repairs:
-        logger.warning(
-            "%s: repaired %d invalid %s tag sequences (--invalid_tags repair)", split.source, repairs, scheme
-        )
-        print(f"[encoder-tasks] {split.source}: repaired {repairs} invalid {scheme.upper()} tag sequences")
-    return out, repairs
-
-
 # ---- preparation ------------------------------------------------------------------------------
 class TaggingMetrics:
     """``compute_metrics`` over whole sentences: window scores are put back in place by
@@ -429,7 +317,7 @@ class TaggingMetrics:
                 )
             return None
         model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-        return _cpu_crf(model)
+        return cpu_crf_copy(model)
 
     def decode(self, predictions) -> list[list[str]]:
         logits, feature_index = predictions if isinstance(predictions, (tuple, list)) else (predictions, None)
@@ -439,7 +327,7 @@ class TaggingMetrics:
         for row, index in enumerate(order.tolist()):
             per_feature[index] = logits[row, : self.features[index]["n_words"]]
         emissions = stitch(self.features, per_feature, [len(r) for r in self.references])
-        tags, _ = decode(emissions, self.metadata["label_names"], self._crf(), _decoding(self.metadata))
+        tags, _ = decode(emissions, self.metadata["label_names"], self._crf(), decoding_mode(self.metadata))
         return tags
 
     def __call__(self, eval_pred) -> dict:
@@ -447,24 +335,6 @@ class TaggingMetrics:
         if self.metadata["tag_scheme"] == "none":
             return plain_tag_metrics(self.references, predictions, self.metadata["label_names"])
         return entity_metrics(self.references, predictions)
-
-
-def _decoding(metadata: dict) -> str:
-    mode = metadata.get("decoding", "auto")
-    if mode == "auto":
-        return "argmax" if metadata["tag_scheme"] == "none" else "viterbi"
-    return mode
-
-
-def _cpu_crf(model) -> LinearChainCRF | None:
-    crf = getattr(model, "crf", None)
-    if crf is None:
-        return None
-    copy = LinearChainCRF(crf.num_tags)
-    copy.load_state_dict({k: v.detach().float().cpu() for k, v in crf.state_dict().items()})
-    copy.allowed = crf.allowed.cpu() if crf.allowed is not None else None
-    copy.allowed_start = crf.allowed_start.cpu() if crf.allowed_start is not None else None
-    return copy
 
 
 def extend_vocabulary(tokenizer, sentences, mode: str, min_count: int) -> list[str]:
@@ -501,7 +371,7 @@ def prepare(
         if split is not None:
             read[name] = read_sentences(split, task_args, token_prefix)
             if not token_prefix:
-                _warn_prefix(read[name][0], split.source)
+                warn_token_prefix(read[name][0], split.source)
 
     extended: list[str] = []
     if metadata is None:
@@ -657,115 +527,7 @@ class NerTrainer(EncoderTaskTrainer):
 Trainer = NerTrainer
 
 
-# ---- prediction ---------------------------------------------------------------------------------
-@torch.inference_mode()
-def _scores(model: TokenTagger, tokenizer, sentences, max_length, stride, batch_size) -> list[np.ndarray]:
-    features = featurize(sentences, tokenizer, max_length, stride)
-    collate = TaggingCollator(tokenizer)
-    order = sorted(range(len(features)), key=lambda i: features[i]["length"])
-    rows: list[Any] = [None] * len(features)
-    device = model.device
-    from ..tracking import progress
-
-    for begin in progress(range(0, len(order), batch_size), desc="tagging", unit="batch"):
-        chunk = order[begin : begin + batch_size]
-        batch = collate([features[i] for i in chunk])
-        batch.pop("feature_index")
-        out = model(**{k: v.to(device) for k, v in batch.items()})
-        logits = out.logits.float().cpu().numpy()
-        for row, i in enumerate(chunk):
-            rows[i] = logits[row, : len(features[i]["word_index"])]
-    return stitch(features, rows, [len(s) for s in sentences])
-
-
-def predict_sentences(
-    model: TokenTagger,
-    tokenizer,
-    sentences: list[list[str]],
-    batch_size: int = 64,
-    max_length=None,
-    stride=None,
-) -> tuple[list[list[str]], list[np.ndarray]]:
-    """IOB2 tags and per-word probabilities for pre-tokenised sentences (any length).
-
-    Example:
-        >>> model = TokenTagger.from_pretrained("runs/ner/wnut17")  # doctest: +SKIP
-        >>> predict_sentences(model, tokenizer, [["John", "lives", "in", "Paris"]])[0]  # doctest: +SKIP
-        [['B-person', 'O', 'O', 'B-location']]
-    """
-    meta = model.metadata
-    max_length = max_length or meta.get("max_length") or tokenizer.model_max_length
-    stride = meta.get("window_stride", 32) if stride is None else stride
-    scores = _scores(model, tokenizer, sentences, max_length, stride, batch_size)
-    crf = _cpu_crf(model)
-    return decode(scores, meta["label_names"], crf, _decoding(meta))
-
-
-def entities(words: list[str], spans: list[tuple[int, int]], text: str, iob2: list[str], probs) -> list[dict]:
-    """Entities with character offsets into ``text`` and a score (mean probability of their tags)."""
-    found = []
-    for kind, start, end in spans_from_iob2(iob2):
-        char_start, char_end = spans[start][0], spans[end - 1][1]
-        found.append(
-            {
-                "type": kind,
-                "text": text[char_start:char_end],
-                "start": char_start,
-                "end": char_end,
-                "token_start": start,
-                "token_end": end,
-                "score": round(float(np.mean(probs[start:end])), 6),
-            }
-        )
-    return found
-
-
-def predict_texts(model: TokenTagger, tokenizer, texts: list[str], **kwargs) -> list[dict]:
-    """Tag raw texts: words cut as in training (``word`` or ``char``), entities with offsets.
-
-    Example:
-        >>> predict_texts(model, tokenizer, ["John lives in Paris."])[0]["entities"]  # doctest: +SKIP
-        [{'type': 'PER', 'text': 'John', 'start': 0, 'end': 4, ...}, ...]
-    """
-    level = model.metadata.get("tokenization", "word")
-    cut = [split_words(t, level) for t in texts]
-    sentences = [[w for w, _, _ in words] for words in cut]
-    return _results(
-        model, tokenizer, texts, sentences, [[(s, e) for _, s, e in words] for words in cut], **kwargs
-    )
-
-
-def predict_tokens(model: TokenTagger, tokenizer, sentences: list[list[str]], **kwargs) -> list[dict]:
-    """Tag pre-tokenised sentences; character offsets refer to the tokens joined by the
-    training data's separator (a space, or nothing for character-level data)."""
-    separator = model.metadata.get("token_separator", " ")
-    joined = [join_words(words, separator) for words in sentences]
-    return _results(model, tokenizer, [t for t, _ in joined], sentences, [s for _, s in joined], **kwargs)
-
-
-def _results(model, tokenizer, texts, sentences, spans, **kwargs) -> list[dict]:
-    results: list[dict | None] = [None] * len(texts)
-    nonempty = [i for i, words in enumerate(sentences) if words]
-    tags, probs = (
-        predict_sentences(model, tokenizer, [sentences[i] for i in nonempty], **kwargs)
-        if nonempty
-        else ([], [])
-    )
-    scheme = model.metadata["tag_scheme"]
-    for i in range(len(texts)):
-        results[i] = {"text": texts[i], "tokens": [], "tags": [], "entities": []}
-    for i, iob2, p in zip(nonempty, tags, probs):
-        results[i] = {
-            "text": texts[i],
-            "tokens": sentences[i],
-            "tags": from_iob2(iob2, scheme),
-            "entities": [] if scheme == "none" else entities(sentences[i], spans[i], texts[i], iob2, p),
-        }
-        if scheme == "none":
-            results[i]["scores"] = [round(float(x), 6) for x in p]
-    return results
-
-
+# ---- prediction (the functions live in encoder_tasks.tagging.predict) ----------------------------
 @dataclass
 class NerPredictArguments(PredictArguments):
     """Prediction settings for tagging. Input: a CoNLL file (tokens; tags, if present, are
@@ -876,3 +638,25 @@ def predict_file(args: NerPredictArguments) -> dict:
 
 Arguments = NerArguments
 PredictArguments = NerPredictArguments
+
+__all__ = [
+    "Arguments",
+    "NerArguments",
+    "NerPredictArguments",
+    "NerTrainer",
+    "PredictArguments",
+    "TaggingMetrics",
+    "TokenTagger",
+    "Trainer",
+    "build_model",
+    "entities",
+    "extend_vocabulary",
+    "normalise_tags",
+    "predict_file",
+    "predict_sentences",
+    "predict_texts",
+    "predict_tokens",
+    "prepare",
+    "read_sentences",
+    "read_split",
+]
