@@ -495,6 +495,13 @@ def _training_rows(split: Split, tokenizer, task_args, metadata: dict, max_lengt
                 f"{split.source}: only {len(keep)} pairs have a score >= {min_score}; in-batch negatives need more"
             )
 
+    elif loss == "mnrl" and pairs["score"] is not None:
+        logger.warning(
+            "%s: --loss mnrl treats every pair as a positive, whatever its score; pass "
+            "--positive_min_score to keep only the similar pairs",
+            split.source,
+        )
+
     def pick(values):
         return [values[i] for i in keep]
 
@@ -522,7 +529,7 @@ def build_model(encoder, head_kwargs: dict) -> BiEncoder:
     return BiEncoder(encoder, **head_kwargs)
 
 
-# ---- evaluation -------------------------------------------------------------------------------
+# ---- training and evaluation -------------------------------------------------------------------
 class EmbeddingTrainer(EncoderTaskTrainer):
     """Duplicate-free (global) training batches; evaluation by encoding, not by the loss."""
 
