@@ -232,8 +232,12 @@ def run_stock(train_path: Path, eval_path: Path, out_dir: Path, args, eval_batch
     }
 
 
-def run_toolkit(train_path: Path, eval_path: Path, out_dir: Path, args, eval_batches) -> dict:
+def run_toolkit(
+    train_path: Path, eval_path: Path, out_dir: Path, args, eval_batches, precision: str = "auto"
+) -> dict:
+    """``encoder-tasks mlm train``; ``precision`` is its --mixed_precision (auto: bf16 where native)."""
     from encoder_tasks.tasks.mlm import MaskedLanguageModel
+    from encoder_tasks.training_args import native_bf16_available
 
     start = time.perf_counter()
     cli(
@@ -265,12 +269,19 @@ def run_toolkit(train_path: Path, eval_path: Path, out_dir: Path, args, eval_bat
             "--logging_steps",
             "20",
             "--evaluate_before_training",
+            "--mixed_precision",
+            precision,
             "--output_dir",
             str(out_dir),
         ]
     )
     seconds = time.perf_counter() - start
     metrics = json.loads((out_dir / "metrics.json").read_text())
+    used = (
+        "bf16 autocast"
+        if precision == "bf16" or (precision == "auto" and native_bf16_available())
+        else "fp32"
+    )
     model = MaskedLanguageModel.from_pretrained(out_dir)
     after = masked_scores(lambda b: model(**b).logits, eval_batches)
     return {
@@ -288,6 +299,7 @@ def run_toolkit(train_path: Path, eval_path: Path, out_dir: Path, args, eval_bat
         if "train_train_runtime" in metrics
         else metrics["train_runtime"],
         "real_tokens_per_second": metrics["train_real_tokens_per_second"],
+        "precision": used,
     }
 
 
@@ -297,27 +309,32 @@ def part_a(work: Path, args) -> dict:
     train_path, eval_path = wikitext_split(work, args.train_docs, args.eval_docs)
     tokenizer = load_tokenizer(MINILM)
     eval_batches = fixed_mask_batches(tokenizer, eval_path)
-    print(f"\n== part a: head speed ({args.speed_steps} steps each)")
-    speed = head_speed(tokenizer, train_path, args.speed_steps, args.batch_size)
-    print(json.dumps(speed, indent=2))
-    print("\n== part a: stock Trainer + DataCollatorForLanguageModeling")
-    stock = run_stock(train_path, eval_path, work / "stock-mlm", args, eval_batches)
-    print(json.dumps(stock, indent=2))
-    print("\n== part a: encoder-tasks mlm train")
-    toolkit = run_toolkit(train_path, eval_path, work / "toolkit-mlm", args, eval_batches)
-    print(json.dumps(toolkit, indent=2))
-    return {
-        "speed": speed,
-        "stock": stock,
-        "toolkit": toolkit,
-        "train_docs": args.train_docs,
-        "eval_docs": args.eval_docs,
-    }
+    contenders = args.contenders.split(",")
+    result = {"train_docs": args.train_docs, "eval_docs": args.eval_docs}
+    if args.speed_steps:
+        print(f"\n== part a: head speed ({args.speed_steps} steps each)")
+        result["speed"] = head_speed(tokenizer, train_path, args.speed_steps, args.batch_size)
+        print(json.dumps(result["speed"], indent=2))
+    if "stock" in contenders:
+        print("\n== part a: stock Trainer + DataCollatorForLanguageModeling")
+        result["stock"] = run_stock(train_path, eval_path, work / "stock-mlm", args, eval_batches)
+        result["stock"]["precision"] = "fp32"  # TrainingArguments' default
+        print(json.dumps(result["stock"], indent=2))
+    for name, precision in (("toolkit", "auto"), ("toolkit-fp32", "no")):
+        if name in contenders:
+            print(f"\n== part a: encoder-tasks mlm train (--mixed_precision {precision})")
+            result[name] = run_toolkit(
+                train_path, eval_path, work / f"{name}-mlm", args, eval_batches, precision
+            )
+            print(json.dumps(result[name], indent=2))
+    return result
 
 
 # ---- part b: downstream classification ------------------------------------------------------
 def part_b(work: Path, args) -> dict:
     adapted = work / "toolkit-mlm"
+    if not (adapted / "encoder_tasks.json").is_file():
+        adapted = work / "toolkit-fp32-mlm"
     if not (adapted / "encoder_tasks.json").is_file():
         raise SystemExit("part b needs part a's adapted model (run --parts a,b)")
     require_data("cls/sst2/train.tsv", "cls/sst2/dev.tsv")
@@ -513,7 +530,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
-    parser.add_argument("--speed_steps", type=int, default=5)
+    parser.add_argument("--speed_steps", type=int, default=5, help="0 skips the head speed test")
+    parser.add_argument("--contenders", default="stock,toolkit,toolkit-fp32", help="part a's MLM runs")
     parser.add_argument("--sst2_samples", type=int, default=2000)
     parser.add_argument("--zh_preset", default="bert-mini")
     parser.add_argument("--zh_vocab", type=int, default=8000)
@@ -543,19 +561,22 @@ def main() -> None:
 def report(results: dict) -> None:
     if "a" in results:
         a = results["a"]
-        s = a["speed"]
-        print(f"\nHead speed ({s['batch']}): speedup {s['speedup']:.2f}x")
-        print_table(
-            [{"head": k, **v} for k, v in s.items() if isinstance(v, dict)],
-            ["head", "seconds_per_step", "tokens_per_second", "loss_before_step_1"],
-        )
+        s = a.get("speed")
+        if s:
+            print(f"\nHead speed ({s['batch']}): speedup {s['speedup']:.2f}x")
+            print_table(
+                [{"head": k, **v} for k, v in s.items() if isinstance(v, dict)],
+                ["head", "seconds_per_step", "tokens_per_second", "loss_before_step_1"],
+            )
         print("\nWikiText-2 MLM from MiniLM (same held-out blocks, same fixed masks)")
         rows = []
-        for name in ("stock", "toolkit"):
-            r = a[name]
+        for name in ("stock", "toolkit", "toolkit-fp32"):
+            r = a.get(name)
+            if r is None:
+                continue
             rows.append(
                 {
-                    "contender": name,
+                    "contender": f"{name} ({r.get('precision', '?')})",
                     "acc_before": r["before"]["masked_accuracy"],
                     "acc_after": r["after"]["masked_accuracy"],
                     "ppl_before": r["before"]["perplexity"],
