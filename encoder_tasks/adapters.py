@@ -20,8 +20,8 @@ Example:
     >>> settings = add_lora(encoder, {"r": 4, "alpha": 8})
     >>> settings["target_modules"]
     ['query', 'value']
-    >>> merge_lora(encoder)
-    2
+    >>> merge_lora(encoder)  # 2 layers x (query, value)
+    4
 """
 
 from __future__ import annotations
