@@ -448,10 +448,14 @@ def finetune_ner(start_from: str, out: Path, args) -> dict:
         ]
     )
     metrics = json.loads((out / "metrics.json").read_text())
+
+    def pick(name):  # the ner task reports strict (seqeval) and lenient scores
+        return metrics.get(f"eval_{name}_strict", metrics.get(f"eval_{name}"))
+
     return {
-        "f1": metrics.get("eval_f1"),
-        "precision": metrics.get("eval_precision"),
-        "recall": metrics.get("eval_recall"),
+        "f1": pick("f1"),
+        "precision": pick("precision"),
+        "recall": pick("recall"),
         "seconds": time.perf_counter() - begin,
     }
 
@@ -477,7 +481,7 @@ def part_c(work: Path, args) -> dict:
             "--per_device_train_batch_size",
             "32",
             "--learning_rate",
-            "5e-4",
+            str(args.zh_learning_rate),
             "--warmup_steps",
             "0.06",
             "--num_train_epochs",
@@ -535,7 +539,8 @@ def main() -> None:
     parser.add_argument("--sst2_samples", type=int, default=2000)
     parser.add_argument("--zh_preset", default="bert-mini")
     parser.add_argument("--zh_vocab", type=int, default=8000)
-    parser.add_argument("--zh_epochs", type=float, default=1.0)
+    parser.add_argument("--zh_epochs", type=float, default=3.0)
+    parser.add_argument("--zh_learning_rate", type=float, default=1e-3)
     parser.add_argument("--ner_epochs", type=float, default=3.0)
     parser.add_argument("--ner_learning_rate", type=float, default=2e-4)
     parser.add_argument("--seed", type=int, default=42)
