@@ -96,3 +96,13 @@ def test_mixed_precision_auto(monkeypatch, flags, native, env, expected):
 def test_bad_mixed_precision():
     with pytest.raises(UserError, match="--mixed_precision must be auto, no, bf16 or fp16"):
         parse_args([EncoderTrainingArguments], ["--output_dir", "x", "--mixed_precision", "fp8"])
+
+
+def test_accelerate_configs_load_with_accelerate():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    configs = sorted((REPO / "recipes" / "accelerate").glob("*.yaml"))
+    assert {p.stem for p in configs} >= {"cpu-2proc", "gpu-1", "ddp", "fsdp", "deepspeed-zero2"}
+    for path in configs:
+        load_config_from_file(str(path))  # raises on keys this accelerate does not know
+        assert "accelerate launch --config_file" in path.read_text(), f"{path} should give its command"
