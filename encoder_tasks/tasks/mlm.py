@@ -101,7 +101,8 @@ class MLMArguments:
         default=0.1,
         metadata={
             "help": "When the MLM head is new (the checkpoint has none): train only the head for this many "
-            "steps (an int) or this fraction of all steps (in [0, 1)) before unfreezing the encoder."
+            "steps (an int) or this fraction of all steps (in [0, 1)) before unfreezing the encoder. "
+            "Not applied with --from_scratch."
         },
     )
     evaluate_before_training: bool = field(
@@ -460,7 +461,8 @@ def prepare(
     head_kwargs = {
         "masked_only_head": task_args.masked_only_head,
         "training": {
-            "head_warmup_steps": task_args.head_warmup_steps,
+            # From scratch the encoder is as random as the head: nothing to protect.
+            "head_warmup_steps": 0 if task_args.from_scratch else task_args.head_warmup_steps,
             "evaluate_before_training": task_args.evaluate_before_training,
         },
     }
