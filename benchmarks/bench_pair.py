@@ -10,7 +10,10 @@ Cross-encoder (pair in, score out):
 - ``stock``: ``AutoModelForSequenceClassification(num_labels=1)`` + ``Trainer`` as run_glue.py
   sets up STS-B regression (batch 8, lr 5e-5, no warm-up), with its ``--pad_to_max_length False``
   (dynamic padding; the padded default costs ~4x on these short pairs).
-- ``toolkit``: ``encoder-tasks pair train --config recipes/pair/default.yaml``.
+- ``toolkit``: ``encoder-tasks pair train --config recipes/pair/default.yaml`` (batch 32,
+  10% warm-up, length-grouped batches).
+- ``toolkit-b8`` (opt-in, ``--parts toolkit-b8``): the same with the stock run's batch 8 and no
+  warm-up, to tell the engine's speed from the hyperparameters.
 Reported: Pearson and Spearman, real (non-padding) training tokens/s.
 
 Bi-encoder (text in, vector out), toolkit only:
@@ -149,7 +152,10 @@ def worker_toolkit(args) -> dict:
     from encoder_tasks.training_args import EncoderTrainingArguments
 
     out = Path(tempfile.mkdtemp()) / "run"
-    flags = _toolkit_flags("recipes/pair/default.yaml", out, args, ["--num_train_epochs", str(args.epochs)])
+    extra = ["--num_train_epochs", str(args.epochs)]
+    if args.worker == "toolkit-b8":  # the stock run's hyperparameters: batch 8, no warm-up
+        extra += ["--per_device_train_batch_size", "8", "--warmup_steps", "0"]
+    flags = _toolkit_flags("recipes/pair/default.yaml", out, args, extra)
     parsed = parse_args([ModelArguments, DataArguments, pair.Arguments, EncoderTrainingArguments], flags)
     metrics = run.train("pair", *parsed)
     return {
@@ -202,7 +208,12 @@ def worker_bi_encoder(args) -> dict:
     return {"rows": rows, "queries": len(queries), "corpus": len(corpus)}
 
 
-WORKERS = {"stock": worker_stock, "toolkit": worker_toolkit, "bi-encoder": worker_bi_encoder}
+WORKERS = {
+    "stock": worker_stock,
+    "toolkit": worker_toolkit,
+    "toolkit-b8": worker_toolkit,
+    "bi-encoder": worker_bi_encoder,
+}
 
 
 def run_worker(name: str, args) -> dict:
@@ -247,7 +258,7 @@ def main() -> None:
             "train_tok/s": results[name]["train_real_tokens_per_s"],
             "train_s": results[name]["train_seconds"],
         }
-        for name in ("stock", "toolkit")
+        for name in ("stock", "toolkit", "toolkit-b8")
         if name in results
     ]
     if cross:
