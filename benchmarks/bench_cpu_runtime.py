@@ -2,10 +2,12 @@
 
     python benchmarks/bench_cpu_runtime.py [--steps 12]
 
-Each setting runs in a fresh subprocess (OpenMP reads its environment once, at start-up):
+Each setting runs in fresh subprocesses (OpenMP reads its environment once, at start-up):
 OMP_WAIT_POLICY unset (a user's shell) or PASSIVE, and 1 or all cores' worth of threads,
 in fp32 and in bf16 autocast. Steps are batch 32 x 32 tokens, after 2 warm-up steps; the
 median step time is reported with its speed-up over the unset/default-threads fp32 row.
+``--concurrent 2`` runs two such trainings at once (as two data-parallel CPU processes, or a
+second job on the machine, would), where threads compete for the cores.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def worker(steps: int, bf16: bool) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--concurrent", type=int, default=1, help="trainings running at once")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -64,18 +67,20 @@ def main() -> None:
                 if policy != "(unset)":
                     env["OMP_WAIT_POLICY"] = policy
                 env["OMP_NUM_THREADS"] = str(threads)
-                out = (
-                    subprocess.run(
-                        [sys.executable, __file__, "--worker", precision, "--steps", str(args.steps)],
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        check=True,
+                cmd = [sys.executable, __file__, "--worker", precision, "--steps", str(args.steps)]
+                procs = [
+                    subprocess.Popen(
+                        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
                     )
-                    .stdout.strip()
-                    .splitlines()[-1]
-                )
-                median = statistics.median(json.loads(out))
+                    for _ in range(args.concurrent)
+                ]
+                steps = []
+                for proc in procs:
+                    out, _ = proc.communicate()
+                    if proc.returncode:
+                        sys.exit(f"worker failed: {cmd}")
+                    steps += json.loads(out.strip().splitlines()[-1])
+                median = statistics.median(steps)
                 rows.append(
                     {
                         "precision": precision,
@@ -92,9 +97,9 @@ def main() -> None:
     )
     for row in rows:
         row["speedup"] = base / row["median_step_s"]
-    print(f"\nMiniLM-L6 training step, batch 32 x 32 tokens, {cores} cores")
+    print(f"\nMiniLM-L6 training step, batch 32 x 32 tokens, {cores} cores, {args.concurrent} at once")
     print_table(rows, ["precision", "OMP_WAIT_POLICY", "threads", "median_step_s", "speedup"])
-    print("results:", save_results("cpu-runtime", {"rows": rows}))
+    print("results:", save_results("cpu-runtime", {"concurrent": args.concurrent, "rows": rows}))
 
 
 if __name__ == "__main__":
