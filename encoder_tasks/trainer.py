@@ -158,12 +158,15 @@ class LengthSortedEvalMixin:
     length_column = "length"
 
     def _get_eval_sampler(self, eval_dataset):
-        if (
-            self.args.world_size <= 1
-            and hasattr(eval_dataset, "column_names")
-            and self.length_column in eval_dataset.column_names
-        ):
-            lengths = eval_dataset[self.length_column]
+        lengths = None
+        if self.args.world_size <= 1 and hasattr(eval_dataset, "column_names"):
+            # The Trainer drops columns forward() does not name (often `length`) before it
+            # asks for a sampler, so fall back to measuring the token ids.
+            if self.length_column in eval_dataset.column_names:
+                lengths = list(eval_dataset[self.length_column])
+            elif "input_ids" in eval_dataset.column_names:
+                lengths = [len(ids) for ids in eval_dataset["input_ids"]]
+        if lengths is not None:
             return sorted(range(len(lengths)), key=lengths.__getitem__)
         return super()._get_eval_sampler(eval_dataset)
 

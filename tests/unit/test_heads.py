@@ -98,3 +98,20 @@ def test_run_directory_is_a_starting_point(tiny_bert, tmp_path):
     torch.testing.assert_close(
         encoder.embeddings.word_embeddings.weight, model.encoder.embeddings.word_embeddings.weight
     )
+
+
+def test_evaluation_runs_in_length_order_even_without_a_length_column(tiny_bert, tmp_path):
+    """The Trainer removes columns forward() does not name; the eval sampler still sorts."""
+    import datasets
+
+    from encoder_tasks.trainer import EncoderTaskTrainer
+    from encoder_tasks.training_args import EncoderTrainingArguments
+
+    model = SequenceClassifier(load_encoder(tiny_bert), num_labels=2)
+    ids = [[2] + [7] * n + [3] for n in (5, 1, 9, 3)]
+    ds = datasets.Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(i) for i in ids]})
+    trainer = EncoderTaskTrainer(
+        model=model, args=EncoderTrainingArguments(output_dir=str(tmp_path), report_to="none")
+    )
+    order = list(trainer._get_eval_sampler(ds))
+    assert [len(ids[i]) for i in order] == sorted(len(i) for i in ids)
