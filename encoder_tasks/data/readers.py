@@ -189,8 +189,11 @@ def _first_mixed_column(rows: list[dict]) -> str | None:
 def rows_to_dataset(rows: list[dict], source: str):
     import datasets
 
+    # Dataset.from_list takes its columns from the first record only; a field that first
+    # appears later would be dropped silently. Collect every field, in order of appearance.
+    columns = list(dict.fromkeys(key for row in rows for key in row))
     try:
-        return datasets.Dataset.from_list(rows)
+        return datasets.Dataset.from_dict({key: [row.get(key) for row in rows] for key in columns})
     except Exception as exc:  # pyarrow type errors for columns of mixed types
         detail = _first_mixed_column(rows) or str(exc).splitlines()[0]
         raise UserError(

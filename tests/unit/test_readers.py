@@ -87,3 +87,9 @@ def test_missing_file(tmp_path):
 def test_encoding_option(tmp_path):
     path = write(tmp_path / "latin.csv", b"text,label\ncaf\xe9,1\n")
     assert read_file(path, encoding="latin-1")["text"] == ["café"]
+
+
+def test_jsonl_fields_missing_from_the_first_record_are_kept(tmp_path):
+    path = write(tmp_path / "a.jsonl", '{"text": "a"}\n{"text": "b", "label": "pos"}\n')
+    ds = read_file(path)
+    assert ds["label"] == [None, "pos"]
