@@ -86,3 +86,15 @@ def test_ner_two_processes(tiny_bert, tmp_path):
     )
     one, two = _train_then_evaluate_twice("ner", tiny_bert, train, dev, tmp_path / "run")
     _same_scores(one, two)
+
+
+def test_mlm_two_processes(tiny_bert, tmp_path):
+    """Evaluation masks are seeded per sequence, so 1 and 2 processes mask the same tokens."""
+    words = "the a film movie good bad great cat dog sat mat john smith lives in paris".split()
+    docs = [" ".join(words[(i * 5 + j) % len(words)] for j in range(6 + i % 9)) for i in range(40)]
+    train = write(tmp_path / "train.txt", "\n".join(docs) + "\n")
+    dev = write(tmp_path / "dev.txt", "\n".join(docs[:7]) + "\n")
+    one, two = _train_then_evaluate_twice(
+        "mlm", tiny_bert, train, dev, tmp_path / "run", extra=["--max_length", "16"]
+    )
+    _same_scores(one, two)
