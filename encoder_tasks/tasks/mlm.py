@@ -701,14 +701,17 @@ def predict_file(args: MLMPredictArguments) -> dict:
     texts = ["" if t is None else str(t) for t in dataset[args.text_column]]
     if torch.cuda.is_available():
         model.cuda()
-    fills = fill_mask(
-        model,
-        tokenizer,
-        texts,
-        args.top_k,
-        args.batch_size,
-        args.max_length or model.metadata.get("max_length"),
-    )
+    from ..inference import autocast_for
+
+    with autocast_for(model.device, args.precision):
+        fills = fill_mask(
+            model,
+            tokenizer,
+            texts,
+            args.top_k,
+            args.batch_size,
+            args.max_length or model.metadata.get("max_length"),
+        )
     without = sum(1 for f in fills if not f)
     if without:
         logger.warning("%d of %d texts hold no mask token (%s)", without, len(texts), tokenizer.mask_token)

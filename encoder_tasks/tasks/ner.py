@@ -624,11 +624,14 @@ def predict_file(args: NerPredictArguments) -> dict:
         model.cuda()
     options = {"batch_size": args.batch_size, "max_length": args.max_length, "stride": args.window_stride}
     results: list[Any] = [None] * len(inputs)
-    for kind, run in (("text", predict_texts), ("tokens", predict_tokens)):
-        chosen = [i for i, item in enumerate(inputs) if isinstance(item, str) == (kind == "text")]
-        if chosen:
-            for i, result in zip(chosen, run(model, tokenizer, [inputs[i] for i in chosen], **options)):
-                results[i] = result
+    from ..inference import autocast_for
+
+    with autocast_for(model.device, args.precision):
+        for kind, run in (("text", predict_texts), ("tokens", predict_tokens)):
+            chosen = [i for i, item in enumerate(inputs) if isinstance(item, str) == (kind == "text")]
+            if chosen:
+                for i, result in zip(chosen, run(model, tokenizer, [inputs[i] for i in chosen], **options)):
+                    results[i] = result
     records = [{"line": line, **result} for line, result in zip(lines, results)]
     write_jsonl(args.output_file, records)
     n_entities = sum(len(r["entities"]) for r in records)
