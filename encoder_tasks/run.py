@@ -23,6 +23,9 @@ logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"
 
 
+WRITE_PROBE = ".write-test-"
+
+
 def check_output_dir(args) -> None:
     """Refuse to clobber an earlier run; find an unwritable or full disk before training."""
     if not args.output_dir:
@@ -30,7 +33,13 @@ def check_output_dir(args) -> None:
     out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output_dir {out}: exists and is a file, not a directory")
-    existing = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if int(os.environ.get("RANK", "0")) != 0:
+        # Under several processes only the main one checks (and writes): another rank would
+        # see the main one's write probe and mistake the folder for an earlier run.
+        return
+    existing = (
+        sorted(p.name for p in out.iterdir() if not p.name.startswith(WRITE_PROBE)) if out.is_dir() else []
+    )
     if existing and not (args.overwrite_output_dir or args.resume):
         shown = ", ".join(existing[:5]) + (", ..." if len(existing) > 5 else "")
         raise UserError(
@@ -39,7 +48,7 @@ def check_output_dir(args) -> None:
         )
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+        with tempfile.NamedTemporaryFile(dir=out, prefix=WRITE_PROBE):
             pass
     except OSError as exc:
         raise UserError(f"--output_dir {out}: cannot write there ({exc.strerror or exc})") from None
