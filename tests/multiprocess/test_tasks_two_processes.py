@@ -98,3 +98,14 @@ def test_mlm_two_processes(tiny_bert, tmp_path):
         "mlm", tiny_bert, train, dev, tmp_path / "run", extra=["--max_length", "16"]
     )
     _same_scores(one, two)
+
+
+def test_pair_two_processes(tiny_bert, tmp_path):
+    """Cross-encoder regression (STS-B layout): Pearson/Spearman alike on 1 and 2 processes."""
+    from tests.recipes.test_cli_pair import COLUMNS, ROWS
+
+    lines = [f"main\tsrc\t2012\t{i:04d}\t{s}\t{a}\t{b}" for i, (s, a, b) in enumerate(ROWS * 3)]
+    train = write(tmp_path / "sts-train.csv", "\n".join(lines) + "\n")
+    dev = write(tmp_path / "sts-dev.csv", "\n".join(lines[:7]) + "\n")
+    one, two = _train_then_evaluate_twice("pair", tiny_bert, train, dev, tmp_path / "run", extra=COLUMNS)
+    _same_scores(one, two)
