@@ -280,6 +280,13 @@ class PredictArguments:
         metadata={"help": "Hide the progress bar (it is hidden anyway when stderr is not a terminal)."},
     )
 
+    def read_input(self, reader=None):
+        """Read ``input_file`` with this command's table settings (``reader`` for task formats)."""
+        from .data import read_file
+
+        names = [c.strip() for c in self.column_names.split(",")] if self.column_names else None
+        return (reader or read_file)(self.input_file, self.delimiter, names, self.encoding)
+
     def check(self) -> None:
         """Fail early, before loading a model, on missing or clashing paths."""
         for name in ("model_dir", "input_file", "output_file"):

@@ -579,16 +579,12 @@ def predict_file(args: ClassificationPredictArguments) -> dict:
         ...              output_file="preds.jsonl"))  # doctest: +SKIP
     """
     from ..backbone import load_tokenizer
-    from ..data import read_file
     from ..run import write_jsonl
 
     args.check()
     model = SequenceClassifier.from_pretrained(args.model_dir)
     tokenizer = load_tokenizer(args.model_dir)
-    column_names = [c.strip() for c in args.column_names.split(",")] if args.column_names else None
-    split = Split(
-        "predict", args.input_file, read_file(args.input_file, args.delimiter, column_names, args.encoding)
-    )
+    split = Split("predict", args.input_file, args.read_input())
     meta = model.metadata
     text_col = resolve_column(split, args.text_column or meta["text_column"], "text")
     pair_spec = args.text_pair_column or meta.get("text_pair_column")

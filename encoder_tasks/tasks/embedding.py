@@ -616,16 +616,12 @@ def predict_file(args: EmbeddingPredictArguments) -> dict:
         ...              output_file="scores.jsonl"))  # doctest: +SKIP
     """
     from ..backbone import load_tokenizer, resolve_model_path
-    from ..data import read_file
     from ..run import write_jsonl
 
     args.check()
     model = load_bi_encoder(args.model_dir)
     tokenizer = load_tokenizer(resolve_model_path(args.model_dir))
-    column_names = [c.strip() for c in args.column_names.split(",")] if args.column_names else None
-    split = Split(
-        "predict", args.input_file, read_file(args.input_file, args.delimiter, column_names, args.encoding)
-    )
+    split = Split("predict", args.input_file, args.read_input())
     meta = model.metadata
     first = _texts(
         split,

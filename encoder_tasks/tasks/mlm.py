@@ -692,8 +692,7 @@ def predict_file(args: MLMPredictArguments) -> dict:
     args.check()
     model = MaskedLanguageModel.from_pretrained(args.model_dir)
     tokenizer = load_tokenizer(args.model_dir)
-    column_names = [c.strip() for c in args.column_names.split(",")] if args.column_names else None
-    dataset = read_split(args.input_file, args.delimiter, column_names, args.encoding)
+    dataset = args.read_input(read_split)
     if args.text_column not in dataset.column_names:
         raise UserError(
             f"{args.input_file}: no text column {args.text_column!r}; found {dataset.column_names}"
