@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -24,10 +25,18 @@ ROWS = [
 ]
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def launch(args, processes=2):
     # --multi_gpu is accelerate's torchrun launcher; without GPUs the toolkit joins the
     # processes in a gloo group (see recipes/accelerate/cpu-2proc.yaml).
-    multi = ["--multi_gpu"] if processes > 1 else []
+    # A fresh port per launch: back-to-back runs on the default port can meet a socket the
+    # previous run has not released yet, and gloo then aborts a rank.
+    multi = ["--multi_gpu", "--main_process_port", str(free_port())] if processes > 1 else []
     cmd = [
         sys.executable,
         "-m",
