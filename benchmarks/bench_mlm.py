@@ -38,7 +38,17 @@ from encoder_tasks.runtime import configure_cpu_runtime  # noqa: E402
 
 configure_cpu_runtime()
 
-from benchmarks.common import DATA, MINILM, environment, print_table, require_data, save_results  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    DATA,
+    MINILM,
+    environment,
+    matmul_peak_flops,
+    peak_rss_mib,
+    print_table,
+    require_data,
+    save_results,
+    speed_fields,
+)
 
 BLOCK = 128
 
@@ -211,16 +221,26 @@ def run_stock(train_path: Path, eval_path: Path, out_dir: Path, args, eval_batch
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
     )
+    peak = matmul_peak_flops("fp32")
     start = time.perf_counter()
     result = trainer.train()
     train_seconds = time.perf_counter() - start
+    start = time.perf_counter()
     own = trainer.evaluate()
+    eval_seconds = time.perf_counter() - start
     model.eval()
     after = masked_scores(
         lambda b: model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, eval_batches
     )
     tokens = len(lm["train"]) * BLOCK * args.epochs
     return {
+        "metric_name": "masked accuracy",
+        "metric": after["masked_accuracy"],
+        "precision": "fp32",
+        **speed_fields("train", tokens, result.metrics["train_runtime"], model.config, BLOCK, peak),
+        **speed_fields("predict", len(lm["validation"]) * BLOCK, eval_seconds, model.config, BLOCK, peak),
+        "peak_rss_mib": peak_rss_mib(),
+        "matmul_peak_gflops": peak / 1e9,
         "before": before,
         "after": after,
         "train_seconds": train_seconds,
@@ -239,6 +259,8 @@ def run_toolkit(
     from encoder_tasks.tasks.mlm import MaskedLanguageModel
     from encoder_tasks.training_args import native_bf16_available
 
+    used = "bf16" if precision == "bf16" or (precision == "auto" and native_bf16_available()) else "fp32"
+    peak = matmul_peak_flops(used)
     start = time.perf_counter()
     cli(
         [
@@ -277,14 +299,27 @@ def run_toolkit(
     )
     seconds = time.perf_counter() - start
     metrics = json.loads((out_dir / "metrics.json").read_text())
-    used = (
-        "bf16 autocast"
-        if precision == "bf16" or (precision == "auto" and native_bf16_available())
-        else "fp32"
-    )
     model = MaskedLanguageModel.from_pretrained(out_dir)
     after = masked_scores(lambda b: model(**b).logits, eval_batches)
+    train_runtime = metrics.get("train_train_runtime", metrics.get("train_runtime"))
+    eval_real = sum(int(b["attention_mask"].sum()) for b in eval_batches)  # the toolkit's eval blocks
+    eval_mean = eval_real / sum(len(b["attention_mask"]) for b in eval_batches)
+    config = model.encoder.config
     return {
+        "metric_name": "masked accuracy",
+        "metric": after["masked_accuracy"],
+        "precision": used,
+        **speed_fields(
+            "train",
+            metrics["train_real_tokens_per_second"] * train_runtime,
+            train_runtime,
+            config,
+            BLOCK,
+            peak,
+        ),
+        **speed_fields("predict", eval_real, metrics["eval_runtime"], config, eval_mean, peak),
+        "peak_rss_mib": peak_rss_mib(),
+        "matmul_peak_gflops": peak / 1e9,
         "before": {
             "masked_accuracy": metrics["train_initial_masked_accuracy"],
             "perplexity": metrics["train_initial_perplexity"],
@@ -295,11 +330,8 @@ def run_toolkit(
             "perplexity": metrics["eval_perplexity"],
         },
         "train_seconds": seconds,
-        "train_runtime": metrics["train_train_runtime"]
-        if "train_train_runtime" in metrics
-        else metrics["train_runtime"],
+        "train_runtime": train_runtime,
         "real_tokens_per_second": metrics["train_real_tokens_per_second"],
-        "precision": used,
     }
 
 

@@ -23,15 +23,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import DATA, MINILM, peak_rss_mib, print_table, require_data, save_results  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    DATA,
+    MINILM,
+    matmul_peak_flops,
+    peak_rss_mib,
+    print_table,
+    require_data,
+    save_results,
+    speed_fields,
+    toolkit_precision,
+    worker_env,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_LEN = 128
@@ -173,8 +184,11 @@ def worker_stock(args) -> dict:
         processing_class=tokenizer,
         data_collator=DataCollatorForTokenClassification(tokenizer),
     )
+    peak = matmul_peak_flops("fp32")
     result = trainer.train()
-    output = trainer.predict(dev_enc)
+    start = time.perf_counter()
+    output = trainer.predict(dev_enc)  # run_ner.py's --do_predict
+    predict_s = time.perf_counter() - start
     best = np.argmax(output.predictions, axis=-1)
     predictions = []
     for i, gold in enumerate(dev_tags):
@@ -186,14 +200,23 @@ def worker_stock(args) -> dict:
                 words[word] = label_list[int(best[i, position])]
             previous = word
         predictions.append(words)
-    n_tokens = sum(sum(m) for m in train_enc["attention_mask"]) * args.epochs
+    train_real = sum(sum(m) for m in train_enc["attention_mask"])
+    dev_real = sum(sum(m) for m in dev_enc["attention_mask"])
     runtime = result.metrics["train_runtime"]
+    scores = score(dev_tags, predictions)
     return {
-        **score(dev_tags, predictions),
+        **scores,
+        "metric_name": "strict F1",
+        "metric": scores["f1_strict"],
+        "precision": "fp32",
         "train_seconds": runtime,
-        "train_real_tokens_per_s": n_tokens / runtime,
+        **speed_fields(
+            "train", train_real * args.epochs, runtime, model.config, train_real / len(train_enc), peak
+        ),
+        **speed_fields("predict", dev_real, predict_s, model.config, dev_real / len(dev_enc), peak),
         "labels": len(label_list),
         "peak_rss_mib": peak_rss_mib(),
+        "matmul_peak_gflops": peak / 1e9,
     }
 
 
@@ -227,22 +250,39 @@ def worker_toolkit(args) -> dict:
     model_args, data_args, task_args, train_args = parse_args(
         [ModelArguments, DataArguments, ner.Arguments, EncoderTrainingArguments], flags
     )
+    peak = matmul_peak_flops(toolkit_precision(train_args))
     metrics = run.train("ner", model_args, data_args, task_args, train_args)
     # Score the saved model's predictions the same way as the stock run's.
     model = ner.TokenTagger.from_pretrained(out)
     tokenizer = load_tokenizer(str(out))
     _, (dev_tokens, dev_tags) = load(args.dataset, args.seed, args.limit)
+    ner.predict_sentences(model, tokenizer, dev_tokens[:8], max_length=MAX_LEN)  # warm-up
+    start = time.perf_counter()
     iob2, _ = ner.predict_sentences(model, tokenizer, dev_tokens, max_length=MAX_LEN)
+    predict_s = time.perf_counter() - start
     scheme = model.metadata["tag_scheme"]
     predictions = [from_iob2(tags, scheme) for tags in iob2]
     result = score(dev_tags, predictions)
     runtime = metrics["train_runtime"]
+    n_tokens = metrics["train_num_input_tokens_seen"]
+    dev_real = sum(
+        len(ids)
+        for ids in tokenizer(dev_tokens, is_split_into_words=True, truncation=True, max_length=MAX_LEN)[
+            "input_ids"
+        ]
+    )
+    config = model.encoder.config
     return {
         **result,
+        "metric_name": "strict F1",
+        "metric": result["f1_strict"],
+        "precision": toolkit_precision(train_args),
         "toolkit_eval_f1_strict": metrics.get("eval_f1_strict"),
         "toolkit_eval_f1_lenient": metrics.get("eval_f1_lenient"),
         "train_seconds": runtime,
-        "train_real_tokens_per_s": metrics["train_num_input_tokens_seen"] / runtime,
+        **speed_fields("train", n_tokens, runtime, config, n_tokens / args.epochs / n_train, peak),
+        **speed_fields("predict", dev_real, predict_s, config, dev_real / len(dev_tokens), peak),
+        "matmul_peak_gflops": peak / 1e9,
         "labels": len(model.metadata["label_names"]),
         "added_characters": model.metadata.get("added_characters", 0),
         "mixed_precision": train_args.mixed_precision,
@@ -252,10 +292,7 @@ def worker_toolkit(args) -> dict:
 
 def run_worker(run: str, args) -> dict:
     dataset, contender = run.split(":")
-    env = dict(os.environ)
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    env["TOKENIZERS_PARALLELISM"] = "false"
-    env["HF_HUB_OFFLINE"] = "1"
+    env = worker_env()
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         target = handle.name
     cmd = [sys.executable, __file__, "--worker", contender, "--dataset", dataset, "--result", target]

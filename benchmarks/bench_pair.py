@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import DATA, MINILM, print_table, real_tokens, require_data, save_results  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    DATA,
+    MINILM,
+    matmul_peak_flops,
+    peak_rss_mib,
+    print_table,
+    real_tokens,
+    require_data,
+    save_results,
+    speed_fields,
+    toolkit_precision,
+    worker_env,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = "pair/stsb/sts-train.csv"
@@ -109,14 +120,27 @@ def worker_stock(args) -> dict:
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=correlations,
     )
+    peak = matmul_peak_flops("fp32")
     result = trainer.train()
     metrics = trainer.evaluate()
     runtime = result.metrics["train_runtime"]
+    train_real, test_real = real_tokens(train_enc), real_tokens(test_enc)
     return {
         "pearson": metrics["eval_pearson"],
         "spearman": metrics["eval_spearman"],
+        "metric_name": "Spearman",
+        "metric": metrics["eval_spearman"],
+        "precision": "fp32",
         "train_seconds": runtime,
-        "train_real_tokens_per_s": real_tokens(train_enc) * args.epochs / runtime,
+        **speed_fields(
+            "train", train_real * args.epochs, runtime, model.config, train_real / len(train_enc), peak
+        ),
+        # run_glue's evaluation (predictions and metrics) over the test pairs
+        **speed_fields(
+            "predict", test_real, metrics["eval_runtime"], model.config, test_real / len(test_enc), peak
+        ),
+        "peak_rss_mib": peak_rss_mib(),
+        "matmul_peak_gflops": peak / 1e9,
     }
 
 
@@ -157,12 +181,31 @@ def worker_toolkit(args) -> dict:
         extra += ["--per_device_train_batch_size", "8", "--warmup_steps", "0"]
     flags = _toolkit_flags("recipes/pair/default.yaml", out, args, extra)
     parsed = parse_args([ModelArguments, DataArguments, pair.Arguments, EncoderTrainingArguments], flags)
+    peak = matmul_peak_flops(toolkit_precision(parsed[-1]))
     metrics = run.train("pair", *parsed)
+    from transformers import AutoConfig, AutoTokenizer
+
+    from encoder_tasks.backbone import resolve_model_path
+
+    path = resolve_model_path(MINILM)
+    tokenizer, config = AutoTokenizer.from_pretrained(path), AutoConfig.from_pretrained(path)
+    test = read_sts(TEST, args.test_samples)
+    test_ids = tokenizer(
+        list(test["sentence1"]), list(test["sentence2"]), max_length=MAX_LEN, truncation=True
+    )
+    test_real = sum(len(ids) for ids in test_ids["input_ids"])
+    n_tokens, runtime = metrics["train_num_input_tokens_seen"], metrics["train_runtime"]
     return {
         "pearson": metrics["eval_pearson"],
         "spearman": metrics["eval_spearman"],
-        "train_seconds": metrics["train_runtime"],
-        "train_real_tokens_per_s": metrics["train_num_input_tokens_seen"] / metrics["train_runtime"],
+        "metric_name": "Spearman",
+        "metric": metrics["eval_spearman"],
+        "precision": toolkit_precision(parsed[-1]),
+        "train_seconds": runtime,
+        **speed_fields("train", n_tokens, runtime, config, n_tokens / args.epochs / args.train_samples, peak),
+        **speed_fields("predict", test_real, metrics["eval_runtime"], config, test_real / len(test), peak),
+        "peak_rss_mib": peak_rss_mib(),
+        "matmul_peak_gflops": peak / 1e9,
     }
 
 
@@ -217,10 +260,7 @@ WORKERS = {
 
 
 def run_worker(name: str, args) -> dict:
-    env = dict(os.environ)
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    env["TOKENIZERS_PARALLELISM"] = "false"
-    env["HF_HUB_OFFLINE"] = "1"
+    env = worker_env()
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         target = handle.name
     cmd = [sys.executable, __file__, "--worker", name, "--result", target]

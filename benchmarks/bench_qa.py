@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -44,7 +43,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import DATA, MINILM, print_table, real_tokens, require_data, save_results  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    DATA,
+    MINILM,
+    matmul_peak_flops,
+    peak_rss_mib,
+    print_table,
+    real_tokens,
+    require_data,
+    save_results,
+    speed_fields,
+    worker_env,
+)
 
 SUITES = {
     "v1": {
@@ -310,18 +320,31 @@ def worker_stock(suite, args) -> dict:
         processing_class=tokenizer,
         data_collator=default_data_collator,
     )
+    peak = matmul_peak_flops("fp32")
     result = trainer.train()
     runtime = result.metrics["train_runtime"]
     model_inputs = [c for c in eval_features.column_names if c not in ("example_id", "offset_mapping")]
     start = time.perf_counter()
     output = trainer.predict(eval_features.select_columns(model_inputs))
-    eval_seconds = time.perf_counter() - start
     start_logits, end_logits = output.predictions[:2]
     predictions, diffs = stock_postprocess(
         eval_cols, eval_features, (np.asarray(start_logits), np.asarray(end_logits)), suite["v2"]
     )
+    eval_seconds = time.perf_counter() - start  # prediction and answer extraction, as run_qa's
     metrics = score(suite, evaluation, predictions, diffs if suite["v2"] else None)
+    train_real, eval_real = real_tokens(train_features), real_tokens(eval_features)
     return {
+        "metric_name": "F1",
+        "metric": metrics["f1"],
+        "precision": "fp32",
+        **speed_fields(
+            "train", train_real * args.epochs, runtime, model.config, train_real / len(train_features), peak
+        ),
+        **speed_fields(
+            "predict", eval_real, eval_seconds, model.config, eval_real / len(eval_features), peak
+        ),
+        "peak_rss_mib": peak_rss_mib(),
+        "matmul_peak_gflops": peak / 1e9,
         **{k: metrics[k] for k in metrics if k in ("exact", "f1", "best_f1", "best_f1_thresh", "total")},
         "train_questions": len(train),
         "train_windows": len(train_features),
@@ -382,10 +405,48 @@ def worker_toolkit(suite, args) -> dict:
     # "toolkit" runs fp32 like the stock contender; "toolkit-bf16" keeps the toolkit's default
     # --mixed_precision auto (bf16 autocast where the CPU runs it natively).
     argv += ["--mixed_precision", "auto" if args.worker == "toolkit-bf16" else "no"]
+    from encoder_tasks.training_args import native_bf16_available
+
+    precision = "bf16" if args.worker == "toolkit-bf16" and native_bf16_available() else "fp32"
+    peak = matmul_peak_flops(precision)
     if main(argv) != 0:
         raise SystemExit("toolkit run failed")
     m = json.loads((out / "metrics.json").read_text())
+    # The same windows as the toolkit's (same tokenizer, max_length and doc_stride), for
+    # token counts: real tokens per evaluated window and per training window.
+    from transformers import AutoConfig, AutoTokenizer
+
+    from encoder_tasks.backbone import resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(args.model))
+    config = AutoConfig.from_pretrained(resolve_model_path(args.model))
+    train, evaluation = load_suite(suite, args)
+    train_windows = stock_prepare_train(
+        {k: list(train[k]) for k in ("question", "context", "answers")}, tokenizer
+    )
+    eval_windows = stock_prepare_validation(
+        {k: list(evaluation[k]) for k in ("id", "question", "context")}, tokenizer
+    )
+    train_real = sum(sum(mask) for mask in train_windows["attention_mask"])
+    eval_real = sum(sum(mask) for mask in eval_windows["attention_mask"])
+    train_mean = train_real / len(train_windows["attention_mask"])
+    train_runtime = m.get("train_train_runtime", m.get("train_runtime"))
+    n_train_tokens = m["train_real_tokens_per_second"] * train_runtime
     row = {
+        "metric_name": "F1",
+        "metric": m["eval_f1"],
+        "precision": precision,
+        **speed_fields("train", n_train_tokens, train_runtime, config, train_mean, peak),
+        **speed_fields(
+            "predict",
+            eval_real,
+            m["eval_runtime"],
+            config,
+            eval_real / len(eval_windows["attention_mask"]),
+            peak,
+        ),
+        "peak_rss_mib": peak_rss_mib(),
+        "matmul_peak_gflops": peak / 1e9,
         "exact": m["eval_exact"],
         "f1": m["eval_f1"],
         "total": m["eval_total"],
@@ -400,7 +461,7 @@ def worker_toolkit(suite, args) -> dict:
 
 def run_worker(name: str, suite_name: str, args) -> dict:
     """Run one contender in a fresh process (its own threads and environment)."""
-    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    env = worker_env()
     cmd = [sys.executable, __file__, "--worker", name, "--suites", suite_name] + [
         f"--{k}={v}" for k, v in (("train_samples", args.train_samples), ("epochs", args.epochs),
                                   ("seed", args.seed), ("batch_size", args.batch_size),

@@ -80,3 +80,76 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
     return "-" if value is None else str(value)
+
+
+# ---- model FLOP utilisation --------------------------------------------------------------------
+def matmul_peak_flops(precision: str = "fp32", size: int = 1024, repeats: int = 10, trials: int = 3) -> float:
+    """Achievable matmul FLOP/s on this machine in ``precision`` (fp32 or bf16), measured now.
+
+    The MFU denominator: each contender's utilisation is measured against the peak of the
+    precision it computes in, in its own process. The best of ``trials`` timings is kept, as
+    a peak should be (a shared machine only ever makes a trial slower).
+    """
+    import torch
+
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    for _ in range(2):
+        torch.mm(a, b)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(trials):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            torch.mm(a, b)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 * repeats / best
+
+
+def encoder_flops_per_token(config, mean_len: float, training: bool = True) -> float:
+    """Encoder FLOPs per real token: 2 x (attention + feed-forward weights) + attention scores.
+
+    The same formula for every contender (embeddings and task heads left out), so MFU compares
+    how well each uses the hardware on the same model, not how much extra work it does. A
+    training step is counted as 3x the forward pass (forward + backward).
+    """
+    hidden = config.hidden_size
+    inner = getattr(config, "intermediate_size", 4 * hidden)
+    layers = config.num_hidden_layers
+    forward = 2 * layers * (4 * hidden * hidden + 2 * hidden * inner) + 4 * layers * hidden * mean_len
+    return 3 * forward if training else forward
+
+
+def speed_fields(
+    prefix: str, real_tokens: float, seconds: float, config, mean_len: float, peak: float
+) -> dict:
+    """``<prefix>_real_tokens_per_s`` and ``<prefix>_mfu`` for one timed phase (train or predict)."""
+    per_s = real_tokens / seconds
+    flops = encoder_flops_per_token(config, mean_len, training=prefix == "train")
+    return {f"{prefix}_real_tokens_per_s": per_s, f"{prefix}_mfu": per_s * flops / peak}
+
+
+def toolkit_precision(training_args) -> str:
+    """What a toolkit run computed in once ``--mixed_precision`` is resolved: bf16 or fp32."""
+    return "bf16" if getattr(training_args, "bf16", False) else "fp32"
+
+
+def worker_env(user_env: bool = False) -> dict:
+    """The environment for one contender's process.
+
+    Tuned (default): ``OMP_WAIT_POLICY=PASSIVE`` unless the caller exported a policy. As the
+    user has it (``user_env``): the wait policy removed, as in a fresh shell. The toolkit sets
+    PASSIVE itself where unset (encoder_tasks.runtime), so only stock runs differ.
+    """
+    env = dict(os.environ)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    env["HF_HUB_OFFLINE"] = "1"
+    if user_env:
+        env.pop("OMP_WAIT_POLICY", None)
+    return env
