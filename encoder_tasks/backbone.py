@@ -90,6 +90,8 @@ def load_encoder(name_or_path: str, **kwargs):
 
     A directory saved by this toolkit yields the fine-tuned encoder inside it, so a model
     adapted with MLM (or trained on any task) is the starting point for another task.
+    ``attn_implementation`` (e.g. ``flash_attention_2``) picks the attention kernel; None
+    leaves transformers' default.
 
     Example:
         >>> from encoder_tasks.testing import make_tiny_model
@@ -99,15 +101,30 @@ def load_encoder(name_or_path: str, **kwargs):
     """
     from transformers import AutoModel
 
+    attention = kwargs.pop("attn_implementation", None)
     path = resolve_model_path(name_or_path)
     _check_model_dir(path)
     if read_task_metadata(path) is not None:
         from .heads import EncoderWithHead
 
-        return EncoderWithHead.load_encoder_from_run(path)
+        encoder = EncoderWithHead.load_encoder_from_run(path)
+        if attention:
+            try:
+                encoder.set_attn_implementation(attention)
+            except (ImportError, ValueError) as exc:
+                raise UserError(f"--attn_implementation {attention}: {_first_line(exc)}") from exc
+        return encoder
+    if attention:
+        kwargs["attn_implementation"] = attention
     try:
         return AutoModel.from_pretrained(path, **kwargs)
+    except ImportError as exc:  # e.g. flash_attention_2 without the flash-attn package
+        if not attention:
+            raise
+        raise UserError(f"--attn_implementation {attention}: {_first_line(exc)}") from exc
     except (OSError, ValueError) as exc:
+        if attention and ("attn" in str(exc).lower() or "attention" in str(exc).lower()):
+            raise UserError(f"--attn_implementation {attention}: {_first_line(exc)}") from exc
         raise UserError(f"model {name_or_path!r} could not be loaded: {_first_line(exc)}") from exc
 
 

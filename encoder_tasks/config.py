@@ -46,6 +46,14 @@ class ModelArguments:
     trust_remote_code: bool = field(
         default=False, metadata={"help": "Allow model code from the Hub (only for models that need it)."}
     )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={
+            "help": "Attention kernel of the encoder: sdpa, eager, flash_attention_2 (pip install flash-attn; "
+            "CUDA GPU, bf16/fp16), flash_attention_3, or a kernels-hub name. Default: transformers' choice "
+            "(sdpa where the family supports it). FlashAttention enables --padding_free."
+        },
+    )
     lora_r: int | None = field(
         default=None,
         metadata={

@@ -86,6 +86,11 @@ class EncoderWithHead(nn.Module):
     # ``**kwargs`` in ``forward``, assumes the model normalises by the global item count, and
     # multiplies the loss by the number of processes.
     accepts_loss_kwargs = False
+    #: Heads that run their encoder through :meth:`encode` can have it run padding-free.
+    supports_padding_free = True
+    #: Set by :func:`encoder_tasks.padding_free.configure_padding_free` (``--padding_free``):
+    #: the encoder then runs on the real tokens only, as one flattened row.
+    padding_free = False
 
     def __init__(self, encoder: nn.Module, **head_config: Any):
         super().__init__()
@@ -113,7 +118,8 @@ class EncoderWithHead(nn.Module):
         """Run the encoder and return the last hidden states ``[batch, seq, hidden]``.
 
         ``token_type_ids`` are passed only to encoders that take them (DistilBERT and
-        ModernBERT do not), so no head assumes a model family.
+        ModernBERT do not), so no head assumes a model family. With :attr:`padding_free`
+        set, padding is removed before the encoder and put back (as zeros) after it.
         """
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and "token_type_ids" in self._encoder_accepts:
@@ -121,6 +127,10 @@ class EncoderWithHead(nn.Module):
         for key, value in kwargs.items():
             if key in self._encoder_accepts and value is not None:
                 inputs[key] = value
+        if self.padding_free and attention_mask is not None:
+            from .padding_free import encode_unpadded
+
+            return encode_unpadded(self.encoder, inputs)
         return self.encoder(**inputs, return_dict=True).last_hidden_state
 
     # ---- saving and loading -------------------------------------------------------------

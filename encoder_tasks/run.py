@@ -192,6 +192,7 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
 
     from .adapters import apply_lora, merge_model_lora
     from .backbone import load_encoder, load_tokenizer
+    from .padding_free import configure_padding_free
     from .registry import TASKS
     from .run_report import report_run
     from .tracking import JsonLinesLogger, PredictionRecorder
@@ -210,11 +211,16 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
     )
     splits = _limit_splits(_load_data(task, data_args, ("train",), task_args), data_args, training_args.seed)
     prepared = task.prepare(splits, tokenizer, task_args, data_args)
-    encoder = load_encoder(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
+    encoder = load_encoder(
+        model_args.model_name_or_path,
+        trust_remote_code=model_args.trust_remote_code,
+        attn_implementation=getattr(model_args, "attn_implementation", None),
+    )
     model = task.build_model(encoder, prepared.head_kwargs)
     model.metadata.update(prepared.metadata)
     model.metadata["base_model"] = model_args.model_name_or_path
     apply_lora(model, model_args)  # no-op unless --lora_r
+    configure_padding_free(model, training_args)  # --padding_free: off unless safe (GPU + FlashAttention)
     check_free_space(training_args.output_dir, model, training_args)
     # Keeps the last evaluation's predictions for the plots (no extra pass over the data).
     recorder = PredictionRecorder(prepared.compute_metrics) if prepared.compute_metrics else None

@@ -6,6 +6,8 @@ Defaults are chosen to serve any dataset, not one we can see:
 - batch size 16 (small data sets still get enough optimiser steps), 3 epochs,
 - length-grouped training batches (less padding: 1.4-2.4x measured on CPU),
 - non-padding tokens counted, so real tokens per second can be reported,
+- padding-free attention on GPUs with a FlashAttention encoder (``--padding_free auto``; see
+  :mod:`encoder_tasks.padding_free`),
 - bf16 autocast where the hardware runs it natively (``--mixed_precision auto``): GPUs with
   bf16, and CPUs with AVX512-BF16 or AMX (measured 1.8x per MiniLM training step on an
   AVX512-BF16 CPU). Losses, the CRF and metrics stay in fp32.
@@ -83,10 +85,25 @@ class EncoderTrainingArguments(TrainingArguments):
         },
     )
 
+    padding_free: str = field(
+        default="auto",
+        metadata={
+            "help": "Run the encoder on real tokens only (padding removed, sequences flattened into one row "
+            "with their boundaries passed to a varlen attention kernel): auto (on when training on a GPU with "
+            "--attn_implementation flash_attention_2/3 and a probe batch confirms the sequences stay apart; "
+            "else off), true (on, or an error saying what is missing), false. See docs/padding-free.md."
+        },
+    )
+
     def __post_init__(self):
         import torch
 
         self._resolve_mixed_precision()
+        self.padding_free = str(self.padding_free).lower()
+        if self.padding_free not in ("auto", "true", "false"):
+            from .errors import UserError
+
+            raise UserError(f"--padding_free must be auto, true or false, found {self.padding_free!r}")
 
         if not torch.cuda.is_available():
             # Pinned memory only helps copies to an accelerator; on CPU it just warns.
