@@ -94,8 +94,10 @@ def matmul_peak_flops(precision: str = "fp32", size: int = 1024, repeats: int = 
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
+    # Its own generator: drawing from the global one would change the contender's training run.
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
+    b = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
     for _ in range(2):
         torch.mm(a, b)
     if device == "cuda":
