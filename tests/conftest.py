@@ -44,3 +44,20 @@ def write(path: Path, text: str | bytes) -> Path:
     else:
         path.write_text(text, encoding="utf-8")
     return path
+
+
+#: CLI flags for a few-step training run on the tiny files the CLI tests write: one epoch of
+#: batch 4, a log line per step, no checkpoints, no trackers. Tests add their task's own flags
+#: after these (a repeated flag takes its last value).
+FAST_TRAINING = [
+    "--num_train_epochs",
+    "1",
+    "--per_device_train_batch_size",
+    "4",
+    "--logging_steps",
+    "1",
+    "--save_strategy",
+    "no",
+    "--report_to",
+    "none",
+]

@@ -24,7 +24,7 @@ from ..collators import PaddingCollator
 from ..config import PredictArguments
 from ..data.loading import Split
 from ..errors import UserError
-from ..heads import EncoderWithHead, Pooler, head_dropout
+from ..heads import EncoderWithHead, Pooler, full_precision, head_dropout
 from ..inference import autocast_for
 from ..metrics import classification_metrics, multilabel_metrics, regression_metrics, tune_thresholds
 
@@ -136,7 +136,7 @@ class SequenceClassifier(EncoderWithHead):
             attention_mask = torch.ones_like(input_ids)
         hidden = self.encode(input_ids, attention_mask, token_type_ids, **kwargs)
         pooled = self.pooler(hidden, attention_mask)
-        logits = self.classifier(self.dropout(pooled))
+        logits = full_precision(self.classifier, self.dropout(pooled))
         loss = None
         if labels is not None:
             loss = self.loss(logits.float(), labels)

@@ -28,7 +28,7 @@ from ..config import PredictArguments
 from ..crf import LinearChainCRF
 from ..data.loading import Split
 from ..errors import UserError
-from ..heads import EncoderWithHead, head_dropout
+from ..heads import EncoderWithHead, full_precision, head_dropout
 from ..tag_schemes import (
     SCHEME_HELP,
     allowed_transitions,
@@ -228,7 +228,7 @@ class TokenTagger(EncoderWithHead):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         hidden = self.encode(input_ids, attention_mask, token_type_ids, **kwargs)
-        token_logits = self.classifier(self.dropout(hidden))  # [batch, seq, labels]
+        token_logits = full_precision(self.classifier, self.dropout(hidden))  # [batch, seq, labels]
         if word_index is None:  # every position is a word (plain token classification)
             word_index = torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
             word_index = word_index.masked_fill(attention_mask == 0, -1)

@@ -33,7 +33,7 @@ from ..config import PredictArguments
 from ..data.loading import Split
 from ..data.squad import ANSWER_CHECKS, check_answers, normalize_answers, read_squad, split_by_article
 from ..errors import UserError
-from ..heads import EncoderWithHead
+from ..heads import EncoderWithHead, full_precision
 from ..qa_spans import (
     Windows,
     label_windows,
@@ -205,7 +205,7 @@ class ExtractiveQuestionAnswering(EncoderWithHead):
             attention_mask = torch.ones_like(input_ids)
         hidden = self.encode(input_ids, attention_mask, token_type_ids, **kwargs)
         # Logits and loss in fp32 even under bf16 autocast.
-        logits = self.qa_outputs(hidden).float()
+        logits = full_precision(self.qa_outputs, hidden)
         start_logits, end_logits = logits.unbind(dim=-1)
         padding = attention_mask == 0
         start_logits = start_logits.masked_fill(padding, MASKED_LOGIT)

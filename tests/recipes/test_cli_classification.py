@@ -5,7 +5,7 @@ import json
 import pytest
 
 from encoder_tasks.cli import main
-from tests.conftest import write
+from tests.conftest import FAST_TRAINING, write
 
 TRAIN = (
     "text,label\n"
@@ -21,18 +21,7 @@ TRAIN = (
     + "\n"
 )
 
-FAST = [
-    "--num_train_epochs",
-    "1",
-    "--per_device_train_batch_size",
-    "4",
-    "--logging_steps",
-    "1",
-    "--save_strategy",
-    "no",
-    "--report_to",
-    "none",
-]
+FAST = list(FAST_TRAINING)
 
 
 @pytest.fixture

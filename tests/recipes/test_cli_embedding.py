@@ -8,7 +8,7 @@ import pytest
 from encoder_tasks.backbone import load_tokenizer
 from encoder_tasks.cli import main
 from encoder_tasks.tasks.embedding import encode_texts, load_bi_encoder
-from tests.conftest import write
+from tests.conftest import FAST_TRAINING, write
 
 PAIRS = [
     ("the film was good", "the movie was good", 4.8),
@@ -20,16 +20,7 @@ PAIRS = [
     ("what did the cat do", "the cat sat", 2.5),
     ("acme inc works in new york", "acme works in new york city", 4.2),
 ]
-FAST = [
-    "--num_train_epochs",
-    "1",
-    "--per_device_train_batch_size",
-    "4",
-    "--save_strategy",
-    "no",
-    "--report_to",
-    "none",
-]
+FAST = list(FAST_TRAINING)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import torch
 from encoder_tasks.backbone import load_encoder
 from encoder_tasks.cli import main
 from encoder_tasks.heads import EncoderWithHead
-from tests.conftest import write
+from tests.conftest import FAST_TRAINING, write
 
 WORDS = (
     "the a film movie good bad great cat dog sat mat john smith lives in paris playing played running".split()
@@ -26,20 +26,7 @@ def corpus(tmp_path_factory):
     )
 
 
-FAST = [
-    "--max_length",
-    "32",
-    "--num_train_epochs",
-    "1",
-    "--per_device_train_batch_size",
-    "8",
-    "--save_strategy",
-    "no",
-    "--report_to",
-    "none",
-    "--logging_steps",
-    "1",
-]
+FAST = [*FAST_TRAINING, "--max_length", "32", "--per_device_train_batch_size", "8"]
 
 
 def train(model, out, corpus, *extra):

@@ -7,7 +7,7 @@ import torch
 
 from encoder_tasks.cli import main
 from encoder_tasks.tag_schemes import from_iob2
-from tests.conftest import write
+from tests.conftest import FAST_TRAINING, write
 
 SENTENCES = [
     (["john", "smith", "lives", "in", "paris", "."], ["B-PER", "I-PER", "O", "O", "B-LOC", "O"]),
@@ -29,16 +29,7 @@ def conll(scheme="iob2", sentences=SENTENCES, separator="\t"):
 
 
 FAST = [
-    "--num_train_epochs",
-    "1",
-    "--per_device_train_batch_size",
-    "4",
-    "--logging_steps",
-    "1",
-    "--save_strategy",
-    "no",
-    "--report_to",
-    "none",
+    *FAST_TRAINING,
     "--max_length",
     "8",  # forces windows: several sentences are longer than 6 sub-tokens
     "--window_stride",

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from encoder_tasks.cli import main
-from tests.conftest import write
+from tests.conftest import FAST_TRAINING, write
 
 ROWS = [
     ("5.000", "the film was good", "the movie was good"),
@@ -15,16 +15,7 @@ ROWS = [
     ("3.600", "john lives in paris", "john smith lives in paris"),
     ("0.800", "big red dog", "small blue cat"),
 ]
-FAST = [
-    "--num_train_epochs",
-    "1",
-    "--per_device_train_batch_size",
-    "4",
-    "--save_strategy",
-    "no",
-    "--report_to",
-    "none",
-]
+FAST = list(FAST_TRAINING)
 COLUMNS = ["--column_names", "genre,source,year,id,score,sentence1,sentence2"]
 
 

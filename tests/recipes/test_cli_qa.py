@@ -6,7 +6,7 @@ import json
 import pytest
 
 from encoder_tasks.cli import main
-from tests.conftest import write
+from tests.conftest import FAST_TRAINING, write
 
 CONTEXTS = [
     "john smith lives in paris . the cat sat on the mat .",
@@ -43,22 +43,13 @@ def squad_json(v2: bool = False) -> dict:
 
 
 FAST = [
-    "--num_train_epochs",
-    "1",
-    "--per_device_train_batch_size",
-    "4",
+    *FAST_TRAINING,
     "--per_device_eval_batch_size",
     "3",
     "--max_length",
     "24",
     "--doc_stride",
     "6",
-    "--logging_steps",
-    "1",
-    "--save_strategy",
-    "no",
-    "--report_to",
-    "none",
 ]
 
 

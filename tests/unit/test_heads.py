@@ -115,3 +115,31 @@ def test_evaluation_runs_in_length_order_even_without_a_length_column(tiny_bert,
     )
     order = list(trainer._get_eval_sampler(ds))
     assert [len(ids[i]) for i in order] == sorted(len(i) for i in ids)
+
+
+def test_output_layers_stay_fp32_under_bf16_autocast(tiny_models):
+    """bf16 logits come in steps of 2**-7 relative: regression scores would tie (Spearman
+    counts ties) and QA span scores reorder. Every task's output layer runs in fp32."""
+    from encoder_tasks.tasks.classification import SequenceClassifier
+    from encoder_tasks.tasks.ner import TokenTagger
+    from encoder_tasks.tasks.qa import ExtractiveQuestionAnswering
+
+    torch.manual_seed(0)
+    encoder = load_encoder(tiny_models["bert"])
+    batch = {
+        "input_ids": torch.tensor([[2, 5, 6, 7, 3], [2, 8, 9, 3, 0]]),
+        "attention_mask": torch.tensor([[1] * 5, [1, 1, 1, 1, 0]]),
+    }
+    heads = [
+        SequenceClassifier(encoder, num_labels=1, problem_type="regression"),
+        TokenTagger(encoder, label_names=["O", "B-X", "I-X"]),
+        ExtractiveQuestionAnswering(encoder),
+    ]
+    for head in heads:
+        head.eval()
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            out = head(**batch)
+        logits = out.logits if hasattr(out, "logits") else out.start_logits
+        assert logits.dtype == torch.float32, type(head).__name__
+        # Not bf16 values widened to fp32: some value needs more than bf16's 8-bit mantissa.
+        assert not torch.equal(logits, logits.to(torch.bfloat16).float()), type(head).__name__
