@@ -236,7 +236,25 @@ def parse_args(dataclass_types, argv: list[str] | None = None, prog: str | None 
     if unused:
         raise UserError(f"{parser.prog}: {_unknown_flags_message(unused, parser)}")
     # After the dataclasses comes the namespace holding --config/--debug.
-    return tuple(outputs[: len(dataclass_types)])
+    parsed = tuple(outputs[: len(dataclass_types)])
+    given = given_fields(parser, recipe_argv + argv)
+    for obj in parsed:
+        # Which settings the user chose (recipe or flag), so a default can adapt to the data
+        # where the user left it to us (see training_args.resolve_batch_size).
+        object.__setattr__(obj, "given_fields", given)
+    return parsed
+
+
+def given_fields(parser, argv: list[str]) -> frozenset[str]:
+    """The dataclass fields named in ``argv`` (``--name value`` or ``--name=value``)."""
+    actions = parser._option_string_actions
+    names = set()
+    for arg in argv:
+        if arg.startswith("--"):
+            action = actions.get(arg.split("=", 1)[0])
+            if action is not None:
+                names.add(action.dest)
+    return frozenset(names)
 
 
 def _unknown_flags_message(unused: list[str], parser) -> str:

@@ -196,6 +196,7 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
     from .registry import TASKS
     from .run_report import report_run
     from .tracking import JsonLinesLogger, PredictionRecorder
+    from .training_args import resolve_batch_size
 
     task = TASKS[task_name].load()
     check_output_dir(training_args)
@@ -211,6 +212,7 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
     )
     splits = _limit_splits(_load_data(task, data_args, ("train",), task_args), data_args, training_args.seed)
     prepared = task.prepare(splits, tokenizer, task_args, data_args)
+    resolve_batch_size(training_args, task_name, len(prepared.train))  # --auto_batch_size
     encoder = load_encoder(
         model_args.model_name_or_path,
         trust_remote_code=model_args.trust_remote_code,

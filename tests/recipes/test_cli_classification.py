@@ -227,3 +227,18 @@ def test_unwritable_output_dir_found_before_training(tiny_bert, data, tmp_path, 
         == 2
     )
     assert "cannot write there" in capsys.readouterr().err
+
+
+def test_small_data_gets_batch_8_unless_the_user_chose(tiny_bert, data, tmp_path, capsys):
+    train, dev = data
+    argv = ["classification", "train", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
+    argv += ["--validation_file", str(dev), "--num_train_epochs", "1", "--save_strategy", "no"]
+    argv += ["--report_to", "none", "--disable_tqdm", "true"]
+    assert main([*argv, "--output_dir", str(tmp_path / "auto")]) == 0
+    assert (
+        "batch 8 (not 16): 16 training examples x 1 epochs give 1 optimiser steps" in capsys.readouterr().out
+    )
+    assert "| per_device_train_batch_size | 8 |" in (tmp_path / "auto" / "README.md").read_text()
+    assert main([*argv, "--output_dir", str(tmp_path / "given"), "--per_device_train_batch_size", "16"]) == 0
+    assert "batch 8" not in capsys.readouterr().out
+    assert "| per_device_train_batch_size | 16 |" in (tmp_path / "given" / "README.md").read_text()

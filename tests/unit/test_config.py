@@ -106,3 +106,53 @@ def test_accelerate_configs_load_with_accelerate():
     for path in configs:
         load_config_from_file(str(path))  # raises on keys this accelerate does not know
         assert "accelerate launch --config_file" in path.read_text(), f"{path} should give its command"
+
+
+def _batch_after_auto(argv, task="pair", examples=2000):
+    from encoder_tasks.training_args import resolve_batch_size
+
+    *_, train = parse_args(ALL, ["--output_dir", "x", *argv])
+    resolve_batch_size(train, task, examples)
+    return train.per_device_train_batch_size
+
+
+def test_batch_size_adapts_to_small_data_only_when_not_given(tmp_path):
+    # 2,000 examples x 3 epochs / 16 = 375 steps < 500: batch 8.
+    assert _batch_after_auto([]) == 8
+    # 3,000 x 3 / 16 = 562 steps: the default 16 stands.
+    assert _batch_after_auto([], examples=3000) == 16
+    assert _batch_after_auto(["--num_train_epochs", "2"], examples=4000) == 16  # exactly 500 steps
+    # The user's choice always stands, from a flag (either spelling) or a recipe.
+    assert _batch_after_auto(["--per_device_train_batch_size", "16"]) == 16
+    assert _batch_after_auto(["--per_device_train_batch_size=32"]) == 32
+    recipe = write(tmp_path / "r.yaml", "per_device_train_batch_size: 16\n")
+    assert _batch_after_auto(["--config", str(recipe)]) == 16
+    assert _batch_after_auto(["--auto_batch_size", "false"]) == 16
+    assert _batch_after_auto(["--max_steps", "10"]) == 16
+    # Embedding batches are each other's negatives; MLM trains on packed blocks.
+    assert _batch_after_auto([], task="embedding") == 16 and _batch_after_auto([], task="mlm") == 16
+
+
+def test_batch_size_counts_every_process_and_accumulation():
+    from types import SimpleNamespace
+
+    from encoder_tasks.training_args import resolve_batch_size
+
+    def args(**kw):
+        base = dict(
+            auto_batch_size=True,
+            given_fields=frozenset(),
+            max_steps=-1,
+            per_device_train_batch_size=16,
+            num_train_epochs=3,
+            world_size=1,
+            gradient_accumulation_steps=1,
+        )
+        return SimpleNamespace(**{**base, **kw})
+
+    assert resolve_batch_size(args(), "ner", 3000) is None  # 562 steps on one process
+    assert resolve_batch_size(args(world_size=2), "ner", 3000) == 8  # 281 steps on two
+    assert resolve_batch_size(args(gradient_accumulation_steps=2), "ner", 3000) == 8
+    built_in_code = args()
+    del built_in_code.given_fields  # not parsed: the caller chose 16
+    assert resolve_batch_size(built_in_code, "ner", 100) is None
