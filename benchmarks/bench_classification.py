@@ -199,6 +199,13 @@ def worker_toolkit(args) -> dict:
     mean_len = n_tokens / args.epochs / args.train_samples
     label_index = {name: i for i, name in enumerate(model.metadata["label_names"])}
     config = model.encoder.config
+    same_model = pipeline_on_toolkit_model(model, tokenizer, texts, dev_tokens)
+    with torch.inference_mode():
+        fp32, _ = cls.predict_texts(
+            model, tokenizer, texts, batch_size=64, max_length=MAX_LEN, precision="fp32"
+        )
+    ours = [label_index[r["label"]] for r in results]
+    ours_fp32 = [label_index[r["label"]] for r in fp32]
     return {
         "accuracy": metrics["eval_accuracy"],
         "metric_name": "accuracy",
@@ -207,10 +214,38 @@ def worker_toolkit(args) -> dict:
         "train_seconds": runtime,
         **speed_fields("train", n_tokens, runtime, config, mean_len, peak),
         **speed_fields("predict", dev_tokens, predict_s, config, dev_tokens / len(texts), peak),
-        "predicted_labels": [label_index[r["label"]] for r in results],
+        "predicted_labels": ours,
+        # transformers.pipeline on the toolkit's own model: same weights, same inputs
+        "pipeline_same_model_real_tokens_per_s": same_model["real_tokens_per_s"],
+        "label_agreement_with_pipeline": _agreement(ours, same_model["labels"]),
+        "label_agreement_with_pipeline_fp32": _agreement(ours_fp32, same_model["labels"]),
         "peak_rss_mib": peak_rss_mib(),
         "matmul_peak_gflops": peak / 1e9,
     }
+
+
+def pipeline_on_toolkit_model(model, tokenizer, texts: list[str], real_tokens_total: int) -> dict:
+    """``transformers.pipeline("text-classification")`` run on the toolkit's model itself.
+
+    The pipeline accepts any module whose output has ``logits`` (it warns that the class is
+    not one of its own), so the comparison with the toolkit's ``predict`` is on the same
+    weights; labels come back as ``LABEL_<index>``.
+    """
+    import torch
+    from transformers import pipeline
+
+    clf = pipeline("text-classification", model=model.eval(), tokenizer=tokenizer, device=-1)
+    with torch.inference_mode():
+        clf(texts[:8], truncation=True, max_length=MAX_LEN)  # warm-up
+        start = time.perf_counter()
+        predictions = clf(texts, truncation=True, max_length=MAX_LEN)
+        seconds = time.perf_counter() - start
+    labels = [int(p["label"].rsplit("_", 1)[-1]) for p in predictions]
+    return {"real_tokens_per_s": real_tokens_total / seconds, "labels": labels}
+
+
+def _agreement(a: list[int], b: list[int]) -> float:
+    return sum(x == y for x, y in zip(a, b)) / len(a)
 
 
 def run_worker(name: str, args) -> dict:

@@ -9,6 +9,11 @@ while accuracy is not the point. SST-2 sentences from ../shared/data provide rea
 lengths (synthetic text is used when the data is absent).
 
 MFU = achieved model FLOP/s / bf16 matmul FLOP/s measured on the same device in the same run.
+
+Contenders: the stock Trainer (``BertForSequenceClassification``, dynamic padding), the toolkit
+(length-grouped batches, padding to a multiple of 8, sdpa attention) and, where flash-attn is
+installed, ``toolkit-padding-free`` (``--attn_implementation flash_attention_2 --padding_free
+true``: the encoder runs on real tokens only; see docs/padding-free.md).
 """
 
 from __future__ import annotations
@@ -103,7 +108,15 @@ def main() -> None:
     dtype = torch.bfloat16 if device.type == "cuda" or not args.tiny else torch.float32
     peak = matmul_peak(device, dtype, size=1024 if args.tiny else 4096)
     results = {}
-    for name in ("stock", "toolkit"):
+    contenders = ["stock", "toolkit"]
+    if device.type == "cuda":
+        from transformers.utils import is_flash_attn_2_available
+
+        if is_flash_attn_2_available():
+            contenders.append("toolkit-padding-free")
+        else:
+            print("flash-attn is not installed: no toolkit-padding-free row (pip install flash-attn)")
+    for name in contenders:
         torch.manual_seed(0)
         out = tempfile.mkdtemp()
         common = dict(
@@ -127,10 +140,19 @@ def main() -> None:
                 processing_class=tokenizer,
             )
         else:
-            model = SequenceClassifier(BertModel(config), num_labels=2)
-            targs = EncoderTrainingArguments(
-                **common, mixed_precision="bf16" if device.type == "cuda" else "no"
+            from encoder_tasks.padding_free import configure_padding_free
+
+            flat = name == "toolkit-padding-free"
+            encoder = BertModel._from_config(
+                config, attn_implementation="flash_attention_2" if flat else "sdpa"
             )
+            model = SequenceClassifier(encoder, num_labels=2)
+            targs = EncoderTrainingArguments(
+                **common,
+                mixed_precision="bf16" if device.type == "cuda" else "no",
+                padding_free="true" if flat else "false",
+            )
+            configure_padding_free(model, targs)  # as run.train does; raises if it cannot hold
             trainer = EncoderTaskTrainer(
                 model=model,
                 args=targs,
@@ -154,9 +176,8 @@ def main() -> None:
             "peak_mem_GiB": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
             "seconds": seconds,
         }
-    results["toolkit"]["x_stock"] = (
-        results["toolkit"]["train_real_tok/s"] / results["stock"]["train_real_tok/s"]
-    )
+    for name in contenders[1:]:
+        results[name]["x_stock"] = results[name]["train_real_tok/s"] / results["stock"]["train_real_tok/s"]
     print(
         f"\n{device} {torch.cuda.get_device_name(0) if device.type == 'cuda' else ''}: BERT-"
         f"{'tiny' if args.tiny else 'base'}, {len(sentences)} SST-2 sentences, batch {args.batch_size}, "
