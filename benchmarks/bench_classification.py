@@ -87,6 +87,10 @@ def worker_stock(args) -> dict:
 
     train_enc = datasets.Dataset.from_dict(dict(encode(train, "sentence")))
     dev_enc = datasets.Dataset.from_dict(dict(encode(dev, "content")))
+    # As the example scripts do: seed before the model, whose new head is drawn at random.
+    from transformers import set_seed
+
+    set_seed(args.seed)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
     out = tempfile.mkdtemp()
     targs = TrainingArguments(

@@ -162,6 +162,10 @@ def worker_stock(args) -> dict:
 
     train_enc, _ = tokenize_and_align(train_tokens, train_tags)
     dev_enc, dev_word_ids = tokenize_and_align(dev_tokens, dev_tags)
+    # As the example scripts do: seed before the model, whose new head is drawn at random.
+    from transformers import set_seed
+
+    set_seed(args.seed)
     model = AutoModelForTokenClassification.from_pretrained(
         path, num_labels=len(label_list), id2label=dict(enumerate(label_list)), label2id=label_to_id
     )

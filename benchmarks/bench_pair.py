@@ -94,6 +94,10 @@ def worker_stock(args) -> dict:
 
     train_enc = datasets.Dataset.from_dict(dict(encode(train)))
     test_enc = datasets.Dataset.from_dict(dict(encode(test)))
+    # As the example scripts do: seed before the model, whose new head is drawn at random.
+    from transformers import set_seed
+
+    set_seed(args.seed)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
     targs = TrainingArguments(
         output_dir=tempfile.mkdtemp(),

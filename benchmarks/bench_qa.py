@@ -297,6 +297,10 @@ def worker_stock(suite, args) -> dict:
     train_features = datasets.Dataset.from_dict(dict(stock_prepare_train(train_cols, tokenizer)))
     eval_cols = {k: list(evaluation[k]) for k in ("id", "question", "context")}
     eval_features = datasets.Dataset.from_dict(dict(stock_prepare_validation(eval_cols, tokenizer)))
+    # As the example scripts do: seed before the model, whose new head is drawn at random.
+    from transformers import set_seed
+
+    set_seed(args.seed)
     model = AutoModelForQuestionAnswering.from_pretrained(path)
     targs = TrainingArguments(
         output_dir=tempfile.mkdtemp(),
