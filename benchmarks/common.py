@@ -83,7 +83,9 @@ def _fmt(value) -> str:
 
 
 # ---- model FLOP utilisation --------------------------------------------------------------------
-def matmul_peak_flops(precision: str = "fp32", size: int = 1024, repeats: int = 10, trials: int = 3) -> float:
+def matmul_peak_flops(
+    precision: str = "fp32", size: int = 1024, repeats: int = 10, trials: int = 3, device=None
+) -> float:
     """Achievable matmul FLOP/s on this machine in ``precision`` (fp32 or bf16), measured now.
 
     The MFU denominator: each contender's utilisation is measured against the peak of the
@@ -93,21 +95,21 @@ def matmul_peak_flops(precision: str = "fp32", size: int = 1024, repeats: int = 
     import torch
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = str(device) if device is not None else "cuda" if torch.cuda.is_available() else "cpu"
     # Its own generator: drawing from the global one would change the contender's training run.
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
     b = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
     for _ in range(2):
         torch.mm(a, b)
-    if device == "cuda":
+    if device.startswith("cuda"):
         torch.cuda.synchronize()
     best = float("inf")
     for _ in range(trials):
         start = time.perf_counter()
         for _ in range(repeats):
             torch.mm(a, b)
-        if device == "cuda":
+        if device.startswith("cuda"):
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 * repeats / best

@@ -8,7 +8,9 @@ with random weights and the MiniLM package's tokenizer, so throughput and MFU ar
 while accuracy is not the point. SST-2 sentences from ../shared/data provide realistic
 lengths (synthetic text is used when the data is absent).
 
-MFU = achieved model FLOP/s / bf16 matmul FLOP/s measured on the same device in the same run.
+MFU = achieved model FLOP/s (encoder FLOPs per real token, as every benchmark here counts them:
+benchmarks.common.encoder_flops_per_token) / bf16 matmul FLOP/s measured on the same device
+in the same run.
 
 Contenders: the stock Trainer (``BertForSequenceClassification``, dynamic padding), the toolkit
 (length-grouped batches, padding to a multiple of 8, sdpa attention) and, where flash-attn is
@@ -26,23 +28,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import DATA, MINILM, print_table, save_results  # noqa: E402
-
-
-def matmul_peak(device, dtype, size=4096, repeats=20) -> float:
-    import torch
-
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    torch.mm(a, b)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        torch.mm(a, b)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return 2 * size**3 * repeats / (time.perf_counter() - start)
+from benchmarks.common import (  # noqa: E402
+    DATA,
+    MINILM,
+    encoder_flops_per_token,
+    matmul_peak_flops,
+    print_table,
+    save_results,
+)
 
 
 def texts(n: int) -> list[str]:
@@ -104,9 +97,13 @@ def main() -> None:
     import datasets
 
     ds = datasets.Dataset.from_list([{**r, "length": n} for r, n in zip(rows, lengths)])
-    params = None
     dtype = torch.bfloat16 if device.type == "cuda" or not args.tiny else torch.float32
-    peak = matmul_peak(device, dtype, size=1024 if args.tiny else 4096)
+    peak = matmul_peak_flops(
+        "bf16" if dtype == torch.bfloat16 else "fp32",
+        size=1024 if args.tiny else 4096,
+        repeats=20,
+        device=device,
+    )
     results = {}
     contenders = ["stock", "toolkit"]
     if device.type == "cuda":
@@ -160,15 +157,12 @@ def main() -> None:
                 data_collator=PaddingCollator(tokenizer, pad_to_multiple_of=8),
                 processing_class=tokenizer,
             )
-        params = sum(p.numel() for n, p in model.named_parameters() if "embeddings" not in n)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
-        flops = real * (
-            6 * params + 12 * config.num_hidden_layers * config.hidden_size * float(np.mean(lengths))
-        )
+        flops = real * encoder_flops_per_token(config, float(np.mean(lengths)))
         results[name] = {
             "contender": name,
             "train_real_tok/s": real / seconds,
