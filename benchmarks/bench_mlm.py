@@ -109,10 +109,10 @@ def head_speed(tokenizer, train_path: Path, steps: int, batch_size: int) -> dict
     import copy
 
     import torch
-
-    from encoder_tasks.backbone import load_encoder
     from encoder_tasks.data.text import make_blocks, read_text_file
     from encoder_tasks.masking import MaskingCollator
+
+    from encoder_tasks.backbone import load_encoder
     from encoder_tasks.tasks.mlm import build_model
 
     blocks = make_blocks(read_text_file(train_path), tokenizer, max_length=BLOCK)

@@ -225,10 +225,11 @@ def worker_stock(args) -> dict:
 
 
 def worker_toolkit(args) -> dict:
+    from encoder_tasks.tag_schemes import from_iob2
+
     from encoder_tasks import run
     from encoder_tasks.backbone import load_tokenizer
     from encoder_tasks.config import DataArguments, ModelArguments, parse_args
-    from encoder_tasks.tag_schemes import from_iob2
     from encoder_tasks.tasks import ner
     from encoder_tasks.training_args import EncoderTrainingArguments
 

@@ -214,11 +214,12 @@ def worker_toolkit(args) -> dict:
 
 
 def worker_bi_encoder(args) -> dict:
+    from encoder_tasks.tasks.embedding_eval import evaluate_embeddings, retrieval_corpus
+
     from encoder_tasks import run
     from encoder_tasks.backbone import load_tokenizer
     from encoder_tasks.config import DataArguments, ModelArguments, parse_args
     from encoder_tasks.tasks import embedding
-    from encoder_tasks.tasks.embedding_eval import evaluate_embeddings, retrieval_corpus
     from encoder_tasks.training_args import EncoderTrainingArguments
 
     test = read_sts(TEST, args.test_samples)

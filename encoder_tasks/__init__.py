@@ -28,8 +28,11 @@ _EXPORTS = {
     "read_file": "encoder_tasks.data",
     "UserError": "encoder_tasks.errors",
     "TASKS": "encoder_tasks.registry",
-    "SequenceClassifier": "encoder_tasks.tasks.classification",
-    "ClassificationArguments": "encoder_tasks.tasks.classification",
+    "Task": "encoder_tasks.task",
+    "TaskSettings": "encoder_tasks.task",
+    "Prepared": "encoder_tasks.task",
+    "SequenceClassifier": "encoder_tasks.tasks.classification.model",
+    "ClassificationArguments": "encoder_tasks.tasks.classification.args",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -26,9 +26,13 @@ Example:
 
 from __future__ import annotations
 
+import logging
+
 from torch import nn
 
 from .errors import UserError
+
+logger = logging.getLogger(__name__)
 
 #: Attention projections per model type, where peft's own table has none.
 TARGET_MODULES = {
@@ -103,12 +107,16 @@ def apply_lora(model, model_args) -> dict | None:
     if settings is None:
         return None
     settings = add_lora(model.encoder, settings)
-    model.metadata["lora"] = settings
+    model.settings = model.settings.replace(lora=settings)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
-    print(
-        f"[encoder-tasks] LoRA r={settings['r']} on {settings['target_modules']}: "
-        f"{trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f}%)"
+    logger.info(
+        "LoRA r=%s on %s: %s of %s parameters train (%.2f%%)",
+        settings["r"],
+        settings["target_modules"],
+        f"{trainable:,}",
+        f"{total:,}",
+        100 * trainable / total,
     )
     return settings
 
@@ -134,8 +142,10 @@ def merge_lora(module: nn.Module) -> int:
 
 def merge_model_lora(model) -> None:
     """Merge the adapters of a LoRA-trained model before its final save (no-op without LoRA)."""
-    settings = model.metadata.pop("lora", None)
+    settings = model.settings.lora if model.settings is not None else None
     if settings is None:
         return
     count = merge_lora(model.encoder)
-    model.metadata["lora_merged"] = f"r={settings['r']}, alpha={settings['alpha']:g}, {count} layers"
+    model.settings = model.settings.replace(
+        lora=None, lora_merged=f"r={settings['r']}, alpha={settings['alpha']:g}, {count} layers"
+    )

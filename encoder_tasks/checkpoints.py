@@ -122,7 +122,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> Path | None:
         if reason is None:
             return candidate
         logger.warning("%s is incomplete, %s: skipped", candidate, reason)
-        print(f"[encoder-tasks] skipping incomplete checkpoint {candidate}: {reason}")
+        logger.info("skipping incomplete checkpoint %s: %s", candidate, reason)
     return None
 
 

@@ -13,20 +13,17 @@ from .runtime import configure_cpu_runtime
 configure_cpu_runtime()
 
 import importlib  # noqa: E402
-import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from .errors import UserError  # noqa: E402
 from .registry import TASKS  # noqa: E402
 
 ACTIONS = ("train", "evaluate", "predict", "search")
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 TOOLS = {
     "recipes": ("encoder_tasks.recipes", "main"),
     "export": ("encoder_tasks.export", "main"),
-    "plot": ("encoder_tasks.plots", "main"),
+    "plot": ("encoder_tasks.reporting.plots", "main"),
 }
 
 
@@ -39,20 +36,16 @@ def _usage() -> str:
         "",
         "tasks:",
     ]
-    lines += [f"  {name:<16} {spec.summary}" for name, spec in TASKS.items()]
-    lines += [
-        "",
-        "Task actions of their own: `encoder-tasks embedding encode|retrieve` (texts to vectors, nearest texts).",
+    lines += [f"  {name:<16} {task.summary}" for name, task in TASKS.items()]
+    own = [
+        f"`encoder-tasks {name} {'|'.join(task.extra_actions())}`"
+        for name, task in TASKS.items()
+        if task.extra_actions()
     ]
+    if own:
+        lines += ["", "Task actions of their own: " + ", ".join(own) + "."]
     lines += ["", "`encoder-tasks <task> <action> --help` lists every flag (recipe keys are the same names)."]
     return "\n".join(lines)
-
-
-def list_recipes(root: Path = RECIPES_DIR) -> list[dict]:
-    """Recipes under ``recipes/<task>/`` (see :func:`encoder_tasks.recipes.list_recipes`)."""
-    from .recipes import list_recipes as listing
-
-    return listing(root)
 
 
 def _run(argv: list[str]) -> int:
@@ -65,48 +58,44 @@ def _run(argv: list[str]) -> int:
     task_name, rest = argv[0], argv[1:]
     if task_name not in TASKS:
         raise UserError(f"unknown task {task_name!r}; choose one of: {', '.join(TASKS)}")
-    if not rest or rest[0] not in ACTIONS:
-        # A task may add actions of its own: EXTRA_ACTIONS = {"encode": (ArgumentsClass, function)}.
-        extra = getattr(TASKS[task_name].load(), "EXTRA_ACTIONS", {}) if rest else {}
-        if not rest or rest[0] not in extra:
-            found = rest[0] if rest else "nothing"
-            known = ", ".join([*ACTIONS, *extra])
-            raise UserError(f"{task_name}: expected an action ({known}), found {found!r}")
+    task = TASKS[task_name]
+    own_actions = {k: v for k, v in task.extra_actions().items() if k not in ACTIONS}  # shared ones win
+    if not rest or (rest[0] not in ACTIONS and rest[0] not in own_actions):
+        found = rest[0] if rest else "nothing"
+        known = ", ".join([*ACTIONS, *own_actions])
+        raise UserError(f"{task_name}: expected an action ({known}), found {found!r}")
     action, flags = rest[0], rest[1:]
     prog = f"encoder-tasks {task_name} {action}"
-    task = TASKS[task_name].load()
     from .config import DataArguments, ModelArguments, parse_args
 
-    extra = getattr(task, "EXTRA_ACTIONS", {})
-    if action in extra and action not in ACTIONS:  # the shared actions always win
-        arguments_class, function = extra[action]
+    if action in own_actions:
+        arguments_class, function = own_actions[action]
         (action_args,) = parse_args([arguments_class], flags, prog=prog)
         function(action_args)
         return 0
+    if action == "predict":
+        (predict_args,) = parse_args([task.PredictArguments], flags, prog=prog)
+        task.predict(predict_args)
+        return 0
     if action == "search":
-        from .search import main as search_main
+        from .hpo import main as search_main
 
         return search_main(task_name, flags, prog)
     if action == "evaluate":
-        from .compare import evaluate_many, split_files
+        from .reporting.compare import evaluate_many, split_files
 
         files, others = split_files(flags)
         if len(files) > 1:  # several datasets: one table side by side
             evaluate_many(task_name, files, others, prog)
             return 0
-    if action == "predict":
-        (predict_args,) = parse_args([task.PredictArguments], flags, prog=prog)
-        if getattr(predict_args, "disable_tqdm", False):  # every task's progress bars read this
-            os.environ["ENCODER_TASKS_DISABLE_TQDM"] = "1"
-        task.predict_file(predict_args)
-        return 0
     from . import run
     from .training_args import EncoderTrainingArguments
 
     model_args, data_args, task_args, training_args = parse_args(
         [ModelArguments, DataArguments, task.Arguments, EncoderTrainingArguments], flags, prog=prog
     )
-    getattr(run, action)(task_name, model_args, data_args, task_args, training_args)
+    action_function = run.train if action == "train" else run.evaluate
+    action_function(task_name, model_args, data_args, task_args, training_args)
     return 0
 
 
@@ -163,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     argv, debug = _take_debug_flag(argv)
     debug = debug or os.environ.get("ENCODER_TASKS_DEBUG") == "1"
-    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(levelname)s: %(message)s")
-    for noisy in ("httpx", "urllib3", "filelock", "datasets"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from .log import configure_logging
+
+    configure_logging()
     try:
         return _run(argv)
     except UserError as exc:

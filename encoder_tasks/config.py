@@ -190,8 +190,9 @@ def load_recipe(path: str | os.PathLike) -> dict:
     return values
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises :class:`UserError` instead of exiting, so the CLI formats it."""
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises :class:`UserError` instead of exiting, so the CLI formats it
+    (the parser of the commands that are not a task: export, plot, recipes)."""
 
     def error(self, message):
         raise UserError(f"{self.prog}: {message}")
@@ -220,7 +221,7 @@ def parse_args(dataclass_types, argv: list[str] | None = None, prog: str | None 
     """
     parser = build_parser(dataclass_types, prog=prog, description=description)
     argv = list(argv or [])
-    pre = _Parser(add_help=False)
+    pre = ArgumentParser(add_help=False)
     pre.add_argument("--config", default=None)
     known, _ = pre.parse_known_args(argv)
     recipe_argv: list[str] = []

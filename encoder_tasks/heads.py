@@ -7,7 +7,8 @@ machinery (loss from ``outputs.loss``, logits for metrics) works unchanged.
 A saved model directory holds
 - ``config.json``: the encoder's config (any family ``AutoConfig`` knows),
 - ``model.safetensors``: encoder and head weights,
-- ``encoder_tasks.json``: the task, head class, head settings and label names,
+- ``encoder_tasks.json``: the task, the head class and the task's typed settings
+  (:class:`~encoder_tasks.task.TaskSettings`, format 2; format 1 still loads),
 - the tokenizer files.
 """
 
@@ -28,7 +29,6 @@ from .backbone import TASK_FILE, read_task_metadata
 from .errors import UserError
 
 WEIGHTS_FILE = "model.safetensors"
-FORMAT_VERSION = 1
 
 
 class Pooler(nn.Module):
@@ -114,14 +114,20 @@ class EncoderWithHead(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.head_config = dict(head_config)
-        #: Extra metadata stored with the model (label names, column names, ...).
-        self.metadata: dict[str, Any] = {}
+        #: The task's saved settings (label names, columns, ...): a frozen
+        #: :class:`~encoder_tasks.task.TaskSettings`, set by the task's ``build_model``.
+        self.settings = None
         # The encoder's own pooler (BERT, RoBERTa) is never used by our heads. Dropping it
         # saves compute and keeps DDP from waiting on gradients that never come.
         if getattr(encoder, "pooler", None) is not None:
             encoder.pooler = None
         accepted = inspect.signature(encoder.forward).parameters
         self._encoder_accepts = set(accepted)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The saved settings as a plain dict (a copy: change settings with ``replace``)."""
+        return self.settings.to_dict() if self.settings is not None else {}
 
     # transformers' Trainer and accelerate look for these.
     @property
@@ -174,12 +180,14 @@ class EncoderWithHead(nn.Module):
             tensors[name] = tensor.detach().contiguous().cpu()
         _atomic_write(output_dir / WEIGHTS_FILE, lambda p: save_file(tensors, str(p), {"format": "pt"}))
         _atomic_write(output_dir / "config.json", lambda p: self.encoder.config.to_json_file(str(p)))
+        from .task import SETTINGS_FORMAT
+
         metadata = {
-            "format_version": FORMAT_VERSION,
+            "format_version": SETTINGS_FORMAT,
             "task": self.task,
             "head_class": f"{type(self).__module__}:{type(self).__qualname__}",
             "head_config": self.head_config,
-            **self.metadata,
+            "settings": self.settings.to_dict() if self.settings is not None else None,
         }
         text = json.dumps(metadata, indent=2, ensure_ascii=False)
         _atomic_write(output_dir / TASK_FILE, lambda p: p.write_text(text, encoding="utf-8"))
@@ -191,24 +199,35 @@ class EncoderWithHead(nn.Module):
         Example:
             >>> model = EncoderWithHead.from_pretrained("runs/classification-sst2")  # doctest: +SKIP
         """
+        from .registry import TASKS
+
         path = str(path)
         metadata = read_task_metadata(path)
         if metadata is None:
             raise UserError(f"{path}: not a model saved by encoder-tasks (no {TASK_FILE} found)")
-        head_cls = _import_head_class(metadata.get("head_class", ""), path)
-        if cls is not EncoderWithHead and not issubclass(head_cls, cls):
+        task = TASKS.get(metadata.get("task"))
+        if task is None:
+            raise UserError(f"{path}/{TASK_FILE}: unknown task {metadata.get('task')!r}")
+        # Format 2 builds the head from its settings (through the task); format 1, or a head
+        # built by hand without settings, from the head class and its constructor arguments.
+        head_cls = (
+            None if metadata.get("settings") else _import_head_class(metadata.get("head_class", ""), path)
+        )
+        if head_cls is not None and cls is not EncoderWithHead and not issubclass(head_cls, cls):
             raise UserError(f"{path} holds a {metadata.get('task')!r} model, not a {cls.task!r} model")
+        settings = task.load_settings(metadata)
         encoder = _encoder_from_config(path)
-        if metadata.get("lora"):  # a LoRA checkpoint: adapters stored apart, re-inject before loading
+        if settings.lora:  # a LoRA checkpoint: adapters stored apart, re-inject before loading
             from .adapters import add_lora
 
-            add_lora(encoder, metadata["lora"])
-        model = head_cls(encoder, **metadata.get("head_config", {}))
-        model.metadata = {
-            k: v
-            for k, v in metadata.items()
-            if k not in ("format_version", "task", "head_class", "head_config")
-        }
+            add_lora(encoder, settings.lora)
+        if head_cls is None:
+            model = task.build_model(encoder, settings)
+        else:
+            model = head_cls(encoder, **metadata.get("head_config", {}))
+        if cls is not EncoderWithHead and not isinstance(model, cls):
+            raise UserError(f"{path} holds a {metadata.get('task')!r} model, not a {cls.task!r} model")
+        model.settings = settings
         model.load_weights(path)
         model.eval()
         return model

@@ -64,15 +64,3 @@ def regression_metrics(predictions, references) -> dict:
         "spearman": 0.0 if constant else float(spearmanr(predictions, references)[0]),
         "mse": float(np.mean((predictions - references) ** 2)),
     }
-
-
-def tune_thresholds(probabilities: np.ndarray, references: np.ndarray, grid=None) -> list[float]:
-    """Per-label decision threshold maximising that label's F1 on held-out data."""
-    from sklearn.metrics import f1_score
-
-    grid = np.linspace(0.05, 0.95, 19) if grid is None else np.asarray(grid)
-    thresholds = []
-    for j in range(references.shape[1]):
-        scores = [f1_score(references[:, j], probabilities[:, j] >= t, zero_division=0) for t in grid]
-        thresholds.append(float(grid[int(np.argmax(scores))]))
-    return thresholds

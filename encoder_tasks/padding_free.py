@@ -253,5 +253,5 @@ def configure_padding_free(model, args) -> bool:
         return False
     model.padding_free = True
     attention = model.encoder.config._attn_implementation
-    print(f"[encoder-tasks] padding-free attention on ({attention}): the encoder runs on real tokens only")
+    logger.info("padding-free attention on (%s): the encoder runs on real tokens only", attention)
     return True

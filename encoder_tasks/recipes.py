@@ -9,20 +9,30 @@ A recipe is a flat YAML file whose keys are the field names of the dataclasses t
 ``train`` command parses; ``validate`` parses it exactly as ``train --config`` would, and then
 checks that the data files it names exist.
 
+The recipes are the checkout's top-level ``recipes/`` folder, installed with the package as
+``encoder_tasks.recipes_data`` (``pyproject.toml``), so :func:`recipes_root` finds them with
+``importlib.resources`` whether encoder-tasks runs from a wheel or an editable install.
+
 Example:
     >>> rows = list_recipes()
+    >>> "classification/default" in [r["name"] for r in rows]
+    True
     >>> all({"name", "task", "model", "data"} <= set(r) for r in rows)
     True
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
 from .errors import UserError
 
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+logger = logging.getLogger(__name__)
+
+#: The package the recipes are installed as (``pyproject.toml`` maps it to ``recipes/``).
+RECIPES_PACKAGE = "encoder_tasks.recipes_data"
 SKIP_DIRS = ("accelerate",)
 USAGE = (
     "usage: encoder-tasks recipes [ls [TASK]]\n"
@@ -42,10 +52,35 @@ def _summary(path: Path) -> str:
     return ""
 
 
-def list_recipes(root: Path = RECIPES_DIR, task: str | None = None) -> list[dict]:
-    """Recipes under ``recipes/<task>/`` (any depth): name, task, model, data, summary, path."""
+def recipes_root() -> Path:
+    """The folder of the packaged recipes (the ``recipes/`` folder of the checkout it was built from).
+
+    Example:
+        >>> (recipes_root() / "classification" / "default.yaml").is_file()
+        True
+    """
+    from importlib import resources
+
+    try:
+        root = resources.files(RECIPES_PACKAGE)
+    except ModuleNotFoundError:
+        raise UserError(
+            f"the recipes ({RECIPES_PACKAGE}) are not installed with this copy of encoder-tasks; "
+            "install it (`pip install encoder-tasks`, or `make install` in a checkout)"
+        ) from None
+    if not isinstance(root, Path):  # a zipped install: no folder to list or copy from
+        raise UserError(f"the recipes are inside {root}, not a folder; install encoder-tasks unzipped")
+    return root
+
+
+def list_recipes(root: Path | None = None, task: str | None = None) -> list[dict]:
+    """Recipes under ``<root>/<task>/`` (any depth): name, task, model, data, summary, path.
+
+    ``root`` defaults to the packaged recipes (:func:`recipes_root`).
+    """
     import yaml
 
+    root = root or recipes_root()
     found = []
     for path in sorted(root.rglob("*.yaml")):
         rel = path.relative_to(root)
@@ -72,11 +107,12 @@ def list_recipes(root: Path = RECIPES_DIR, task: str | None = None) -> list[dict
     return found
 
 
-def find_recipe(name: str, root: Path = RECIPES_DIR) -> Path:
+def find_recipe(name: str, root: Path | None = None) -> Path:
     """A recipe by listed name (``classification/default``), file name, or path."""
     direct = Path(name)
     if direct.is_file():
         return direct
+    root = root or recipes_root()
     for candidate in (root / name, root / f"{name}.yaml"):
         if candidate.is_file():
             return candidate
@@ -88,7 +124,7 @@ def find_recipe(name: str, root: Path = RECIPES_DIR) -> Path:
     raise UserError(f"recipe {name!r} not found{hint}")
 
 
-def copy_recipe(name: str, dest: str, root: Path = RECIPES_DIR) -> Path:
+def copy_recipe(name: str, dest: str, root: Path | None = None) -> Path:
     """Copy a recipe out for editing; ``dest`` may be a file or an existing folder. Never overwrites."""
     source = find_recipe(name, root)
     target = Path(dest)
@@ -132,10 +168,9 @@ def validate_recipe(file: str, task: str | None = None) -> dict:
         return _validate_accelerate(path)
     errors = {}
     for name in _task_of(path, task):
-        module = TASKS[name].load()
         try:
             _, data_args, _, _ = parse_args(
-                [ModelArguments, DataArguments, module.Arguments, EncoderTrainingArguments],
+                [ModelArguments, DataArguments, TASKS[name].Arguments, EncoderTrainingArguments],
                 ["--config", str(path)],
                 prog=f"encoder-tasks {name} train",
             )
@@ -177,58 +212,70 @@ def _data_problems(data_args) -> list[str]:
     return problems
 
 
+def _table(rows: list[dict]) -> str:
+    """The listing: one aligned row per recipe (recipe, task, model, data)."""
+    header = {"name": "recipe", "task": "task", "model": "model", "data": "data"}
+    widths = {k: max(len(str(r[k])) for r in [header, *rows]) for k in ("name", "task", "model")}
+    lines = [
+        "  ".join(f"{str(r[k]):<{widths[k]}}" for k in ("name", "task", "model")) + f"  {r['data']}"
+        for r in [header, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def _ls(rest: list[str]) -> int:
+    rows = list_recipes(task=rest[0] if rest else None)
+    if not rows:
+        logger.info("no recipes found%s", f" for task {rest[0]!r}" if rest else "")
+        return 0
+    logger.info(
+        "%d recipes\n%s\n\ncopy one to edit: encoder-tasks recipes cp <recipe> <my.yaml>",
+        len(rows),
+        _table(rows),
+    )
+    return 0
+
+
+def _cp(rest: list[str]) -> int:
+    if len(rest) != 2:
+        raise UserError(
+            "recipes cp: expected NAME DEST, e.g. `encoder-tasks recipes cp classification/default my.yaml`"
+        )
+    target = copy_recipe(*rest)
+    tasks = _task_of(find_recipe(rest[0]), None)
+    task = tasks[0] if len(tasks) == 1 else "<task>"
+    logger.info("copied to %s; edit it, then run: encoder-tasks %s train --config %s", target, task, target)
+    return 0
+
+
+def _validate(rest: list[str]) -> int:
+    task = None
+    if "--task" in rest:
+        at = rest.index("--task")
+        if at + 1 >= len(rest):
+            raise UserError("recipes validate: --task needs a task name")
+        task = rest[at + 1]
+        rest = rest[:at] + rest[at + 2 :]
+    if len(rest) != 1:
+        raise UserError("recipes validate: expected one FILE, e.g. `encoder-tasks recipes validate my.yaml`")
+    result = validate_recipe(rest[0], task)
+    for problem in result["problems"]:
+        logger.warning("%s", problem)
+    kind = "config" if result["task"].startswith("accelerate") else "recipe"
+    warnings = f" ({len(result['problems'])} warnings)" if result["problems"] else ""
+    logger.info("%s: valid %s %s%s", rest[0], result["task"], kind, warnings)
+    return 0
+
+
+COMMANDS = {"ls": _ls, "list": _ls, "cp": _cp, "validate": _validate}
+
+
 def main(argv: list[str]) -> int:
     """``encoder-tasks recipes ...``; returns the exit status."""
     if argv and argv[0] in ("-h", "--help"):
-        print(USAGE)
+        logger.info("%s", USAGE)
         return 0
     command = argv[0] if argv else "ls"
-    rest = argv[1:]
-    if command in ("ls", "list"):
-        rows = list_recipes(task=rest[0] if rest else None)
-        if not rows:
-            print("no recipes found" + (f" for task {rest[0]!r}" if rest else ""))
-            return 0
-        widths = [
-            max(len(str(r[k])) for r in rows + [{"name": "recipe", "task": "task", "model": "model"}])
-            for k in ("name", "task", "model")
-        ]
-        print(f"{'recipe':<{widths[0]}}  {'task':<{widths[1]}}  {'model':<{widths[2]}}  data")
-        for r in rows:
-            print(
-                f"{r['name']:<{widths[0]}}  {r['task']:<{widths[1]}}  {r['model']:<{widths[2]}}  {r['data']}"
-            )
-        print("\ncopy one to edit: encoder-tasks recipes cp <recipe> <my.yaml>")
-        return 0
-    if command == "cp":
-        if len(rest) != 2:
-            raise UserError(
-                "recipes cp: expected NAME DEST, e.g. `encoder-tasks recipes cp classification/default my.yaml`"
-            )
-        target = copy_recipe(*rest)
-        tasks = _task_of(find_recipe(rest[0]), None)
-        task = tasks[0] if len(tasks) == 1 else "<task>"
-        print(f"copied to {target}; edit it, then run: encoder-tasks {task} train --config {target}")
-        return 0
-    if command == "validate":
-        task = None
-        if "--task" in rest:
-            at = rest.index("--task")
-            if at + 1 >= len(rest):
-                raise UserError("recipes validate: --task needs a task name")
-            task = rest[at + 1]
-            rest = rest[:at] + rest[at + 2 :]
-        if len(rest) != 1:
-            raise UserError(
-                "recipes validate: expected one FILE, e.g. `encoder-tasks recipes validate my.yaml`"
-            )
-        result = validate_recipe(rest[0], task)
-        for problem in result["problems"]:
-            print(f"warning: {problem}")
-        kind = "config" if result["task"].startswith("accelerate") else "recipe"
-        print(
-            f"{rest[0]}: valid {result['task']} {kind}"
-            + (f" ({len(result['problems'])} warnings)" if result["problems"] else "")
-        )
-        return 0
-    raise UserError(f"recipes: unknown command {command!r}\n{USAGE}")
+    if command not in COMMANDS:
+        raise UserError(f"recipes: unknown command {command!r}\n{USAGE}")
+    return COMMANDS[command](argv[1:])

@@ -180,8 +180,12 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
         True
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, task_settings=None, task_args=None, **kwargs):
         super().__init__(*args, **kwargs)
+        #: The task's saved settings (:class:`~encoder_tasks.task.TaskSettings`) and its flags:
+        #: task trainers read their options here, not from the model.
+        self.task_settings = task_settings
+        self.task_args = task_args
         self._epoch_seeded_collator = None
         self._seeded_sampler = None
         self.add_callback(_EpochSeeds(self))

@@ -17,10 +17,13 @@ Defaults are chosen to serve any dataset, not one we can see:
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -112,10 +115,14 @@ class EncoderTrainingArguments(TrainingArguments):
 
         self._resolve_mixed_precision()
         self.padding_free = str(self.padding_free).lower()
-        if self.padding_free not in ("auto", "true", "false"):
+        from .padding_free import CHOICES
+
+        if self.padding_free not in CHOICES:
             from .errors import UserError
 
-            raise UserError(f"--padding_free must be auto, true or false, found {self.padding_free!r}")
+            raise UserError(
+                f"--padding_free must be {', '.join(CHOICES[:-1])} or {CHOICES[-1]}, found {self.padding_free!r}"
+            )
 
         if not torch.cuda.is_available():
             # Pinned memory only helps copies to an accelerator; on CPU it just warns.
@@ -192,10 +199,16 @@ def resolve_batch_size(args, task: str, train_examples: int) -> int | None:
     if steps >= MIN_STEPS:
         return None
     args.per_device_train_batch_size = SMALL_BATCH
-    print(
-        f"[encoder-tasks] batch {SMALL_BATCH} (not {batch}): {train_examples:,} training examples x "
-        f"{args.num_train_epochs:g} epochs give {steps:.0f} optimiser steps at {batch}, fewer than "
-        f"{MIN_STEPS}; --per_device_train_batch_size chooses"
+    logger.info(
+        "batch %d (not %d): %s training examples x %g epochs give %.0f optimiser steps at %d, fewer than "
+        "%d; --per_device_train_batch_size chooses",
+        SMALL_BATCH,
+        batch,
+        f"{train_examples:,}",
+        args.num_train_epochs,
+        steps,
+        batch,
+        MIN_STEPS,
     )
     return SMALL_BATCH
 

@@ -12,7 +12,12 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+from encoder_tasks.log import configure_logging  # noqa: E402
 from encoder_tasks.testing import FAMILIES, make_tiny_model  # noqa: E402
+
+# The toolkit speaks through logging, as the CLI shows it; tests that call library functions
+# directly read the same lines from stdout/stderr.
+configure_logging()
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("ENCODER_TASKS_DATA_DIR", REPO.parent / "shared" / "data"))

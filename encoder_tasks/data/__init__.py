@@ -1,6 +1,22 @@
-"""Data readers with validation: tables, JSON, JSONL, saved datasets and the Hub."""
+"""Data in and out: readers with validation (tables, JSON, JSONL, saved datasets, the Hub),
+column resolution, and the JSON writers."""
 
+from .columns import column_texts, resolve_column
 from .loading import Split, load_splits, resolve_data_path
 from .readers import LINE_COLUMN, read_file, row_location
+from .writers import check_new_file, unique_path, write_json, write_jsonl
 
-__all__ = ["LINE_COLUMN", "Split", "load_splits", "read_file", "resolve_data_path", "row_location"]
+__all__ = [
+    "LINE_COLUMN",
+    "Split",
+    "check_new_file",
+    "column_texts",
+    "load_splits",
+    "read_file",
+    "resolve_column",
+    "resolve_data_path",
+    "row_location",
+    "unique_path",
+    "write_json",
+    "write_jsonl",
+]

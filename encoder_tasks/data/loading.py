@@ -63,8 +63,7 @@ def load_splits(data_args, reader=read_file, required=("train",)) -> dict[str, S
                 continue
             if not data_args.dataset_name:
                 raise UserError(f"--{name}_file {file}: no such file (looked in {path.parent or '.'})")
-            logger.warning("%s not found; falling back to Hub dataset %s", path, data_args.dataset_name)
-            print(f"[encoder-tasks] {path} not found: using Hub dataset {data_args.dataset_name!r} instead")
+            logger.warning("%s not found: using Hub dataset %r instead", path, data_args.dataset_name)
         if data_args.dataset_name and hub_split:
             splits[name] = Split(
                 name, f"{data_args.dataset_name}[{hub_split}]", load_hub_split(data_args, hub_split)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from encoder_tasks.samplers import DuplicateFreeBatchSampler
+from encoder_tasks.tasks.embedding.samplers import DuplicateFreeBatchSampler
 from tests.conftest import REPO, write
 
 pytestmark = pytest.mark.multiprocess

@@ -53,7 +53,7 @@ def test_train_evaluate_predict(tiny_models, data, tmp_path, family, capsys):
     )
     metrics = json.loads((out / "metrics.json").read_text())
     assert 0.0 <= metrics["eval_accuracy"] <= 1.0 and metrics["train_real_tokens_per_second"] > 0
-    assert json.loads((out / "encoder_tasks.json").read_text())["label_names"] == ["neg", "pos"]
+    assert json.loads((out / "encoder_tasks.json").read_text())["settings"]["label_names"] == ["neg", "pos"]
 
     assert (
         main(["classification", "evaluate", "--model_name_or_path", str(out), "--validation_file", str(dev)])
@@ -242,3 +242,26 @@ def test_small_data_gets_batch_8_unless_the_user_chose(tiny_bert, data, tmp_path
     assert main([*argv, "--output_dir", str(tmp_path / "given"), "--per_device_train_batch_size", "16"]) == 0
     assert "batch 8" not in capsys.readouterr().out
     assert "| per_device_train_batch_size | 16 |" in (tmp_path / "given" / "README.md").read_text()
+
+
+MULTI = (
+    "text,label\n"
+    + "the film was good and fun,good|fun\nthe movie was bad and boring,bad\nfun but bad,fun|bad\n" * 4
+)
+
+
+@pytest.mark.parametrize("tune", [None, "false"])
+def test_tune_thresholds_flag_is_obeyed(tiny_bert, tmp_path, tune):
+    data = write(tmp_path / "multi.csv", MULTI)
+    out = tmp_path / "run"
+    argv = ["classification", "train", "--model_name_or_path", tiny_bert, "--train_file", str(data)]
+    argv += ["--validation_file", str(data), "--label_separator", "|", "--output_dir", str(out), *FAST]
+    assert main(argv + (["--tune_thresholds", tune] if tune else [])) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    settings = json.loads((out / "encoder_tasks.json").read_text())["settings"]
+    assert settings["problem_type"] == "multi_label" and settings["label_names"] == ["bad", "fun", "good"]
+    if tune is None:  # the default: tuned on the validation set, saved, reported
+        assert settings["thresholds"] == list(metrics["tuned_thresholds"].values())
+    else:
+        assert settings["thresholds"] == [0.5, 0.5, 0.5]
+        assert not [key for key in metrics if key.startswith("tuned_")]

@@ -1,5 +1,6 @@
 """The ecosystem around a run, end to end through the real CLI on a tiny model: JSON-lines log,
-model card, plots, multi-file evaluation, LoRA, hyperparameter search, recipes commands."""
+model card, plots, multi-file evaluation, LoRA, hyperparameter search, export (the recipes
+commands are in test_cli_recipes.py)."""
 
 import json
 
@@ -87,8 +88,8 @@ def test_lora_run_reloads_from_checkpoint_and_final_model(tiny_bert, data, tmp_p
     _train(tiny_bert, data, out, "--lora_r", "4", "--learning_rate", "1e-3", "--save_strategy", "epoch")
     final = load_file(str(out / "model.safetensors"))
     assert not any("lora_" in k or "base_layer" in k for k in final)  # merged: a plain model
-    meta = json.loads((out / "encoder_tasks.json").read_text())
-    assert "lora" not in meta and meta["lora_merged"].startswith("r=4")
+    settings = json.loads((out / "encoder_tasks.json").read_text())["settings"]
+    assert settings["lora"] is None and settings["lora_merged"].startswith("r=4")
     checkpoint = sorted(out.glob("checkpoint-*"))[-1]
     assert any("lora_A" in k for k in load_file(str(checkpoint / "model.safetensors")))
 
@@ -159,41 +160,11 @@ def test_search_rejects_a_bad_range(tiny_bert, data, tmp_path, capsys):
     assert "low <= high" in capsys.readouterr().err
 
 
-def test_recipes_list_copy_validate(tmp_path, capsys):
-    assert main(["recipes"]) == 0
-    listed = capsys.readouterr().out
-    assert "classification/default" in listed and "cls/sst2/train.tsv" in listed
-    target = tmp_path / "mine.yaml"
-    assert main(["recipes", "cp", "classification/default", str(target)]) == 0
-    assert target.read_text().startswith("#")
-    assert main(["recipes", "cp", "classification/default", str(target)]) == 2  # never overwrites
-    capsys.readouterr()
-    assert main(["recipes", "validate", str(target), "--task", "classification"]) == 0
-    assert "valid classification recipe" in capsys.readouterr().out
-    target.write_text(target.read_text() + "learning_rat: 1e-4\n")
-    assert main(["recipes", "validate", str(target), "--task", "classification"]) == 2
-    assert "did you mean 'learning_rate'" in capsys.readouterr().err
-    assert main(["recipes", "cp", "classification/defualt", str(tmp_path / "b.yaml")]) == 2
-    assert "did you mean classification/default" in capsys.readouterr().err
-
-
 def test_report_to_tensorboard_writes_events(tiny_bert, data, tmp_path):
     pytest.importorskip("tensorboard")
     out = tmp_path / "tb"
     _train(tiny_bert, data, out, "--save_strategy", "no", "--report_to", "tensorboard")
     assert list((out / "runs").glob("*/events.out.tfevents.*"))
-
-
-def test_recipes_validate_reads_accelerate_configs(tmp_path, capsys):
-    good = write(
-        tmp_path / "ddp.yaml",
-        "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 2\n",
-    )
-    assert main(["recipes", "validate", str(good)]) == 0
-    assert "valid accelerate (MULTI_GPU, 2 processes) config" in capsys.readouterr().out
-    bad = write(tmp_path / "bad.yaml", "compute_environment: LOCAL_MACHINE\n")
-    assert main(["recipes", "validate", str(bad)]) == 2
-    assert "not a valid accelerate config" in capsys.readouterr().err
 
 
 def test_lora_run_resumes_from_its_checkpoint(tiny_bert, data, tmp_path):
@@ -251,3 +222,32 @@ def test_search_works_for_tasks_with_their_own_trainer(tiny_bert, tmp_path, task
         and result["direction"] == "maximize"
     )
     assert result["best"]["value"] == max(t["value"] for t in result["trials"])
+
+
+def test_export_command_writes_a_checked_stock_model(tiny_bert, tmp_path, capsys):
+    """``encoder-tasks export`` (flags as before the export package): stock layout, refusals."""
+    from encoder_tasks.backbone import load_encoder, load_tokenizer
+    from encoder_tasks.registry import TASKS
+
+    task = TASKS["classification"]
+    model = task.build_model(
+        load_encoder(tiny_bert), task.Settings(label_names=["neg", "pos"], pooling="cls")
+    )
+    run = tmp_path / "run"
+    model.save_pretrained(run)
+    load_tokenizer(tiny_bert).save_pretrained(run)
+    assert main(["export", str(run), str(tmp_path / "stock")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"exported classification model to {tmp_path / 'stock'} as transformers (checked: max |diff|" in out
+    )
+    assert json.loads((tmp_path / "stock" / "config.json").read_text())["id2label"] == {
+        "0": "neg",
+        "1": "pos",
+    }
+    assert main(["export", str(run), str(tmp_path / "stock")]) == 2  # never over existing files
+    assert "already holds files" in capsys.readouterr().err
+    assert main(["export", str(run), str(tmp_path / "st"), "--format", "sentence-transformers"]) == 2
+    assert "a classification model exports as one of auto, transformers, onnx" in capsys.readouterr().err
+    assert main(["export", str(run), str(tmp_path / "x"), "--format", "tflite"]) == 2
+    assert "invalid choice: 'tflite'" in capsys.readouterr().err

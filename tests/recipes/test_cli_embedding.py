@@ -4,10 +4,11 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from encoder_tasks.backbone import load_tokenizer
 from encoder_tasks.cli import main
-from encoder_tasks.tasks.embedding import encode_texts, load_bi_encoder
+from encoder_tasks.tasks.embedding.model import BiEncoder, encode_texts, load_bi_encoder
 from tests.conftest import FAST_TRAINING, write
 
 PAIRS = [
@@ -120,6 +121,8 @@ def test_encode_and_retrieve_round_trip(trained, tmp_path):
             str(target),
             "--batch_size",
             "3",
+            "--precision",
+            "fp32",  # compared with encode_texts in fp32 below
         ]
         assert main(["embedding", "encode", *args, "--id_column", "doc"]) == 0
     vectors = np.load(npy)
@@ -214,3 +217,59 @@ def test_predict_and_encode_with_a_plain_encoder(tiny_bert, scored, tmp_path):
     assert v.shape == (8, 32) and cos == pytest.approx(1.0, abs=1e-5)
     ids = json.loads((tmp_path / "v.ids.json").read_text())["ids"]
     assert ids == [str(n) for n in range(2, 10)]  # line numbers of the rows
+
+
+@pytest.fixture
+def embed_calls(monkeypatch):
+    """Every batch the bi-encoder embeds: (rows, whether bf16 autocast is on)."""
+    calls = []
+    original = BiEncoder.embed
+
+    def spy(self, input_ids=None, attention_mask=None, token_type_ids=None):
+        bf16 = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        calls.append((input_ids.shape[0], bf16))
+        return original(self, input_ids, attention_mask, token_type_ids)
+
+    monkeypatch.setattr(BiEncoder, "embed", spy)
+    monkeypatch.setenv("ENCODER_TASKS_DEVICE", "cpu")
+    return calls
+
+
+@pytest.mark.parametrize("source", ["trained", "plain"])
+def test_predict_and_encode_honour_precision_and_batch_size(
+    request, tiny_bert, scored, tmp_path, embed_calls, source
+):
+    model_dir = request.getfixturevalue("trained") if source == "trained" else tiny_bert
+    common = ["--model_dir", str(model_dir), "--input_file", str(scored), "--batch_size", "4"]
+    vectors = {}
+    for precision in ("fp32", "bf16"):
+        out = ["--precision", precision, "--output_file"]
+        embed_calls.clear()
+        assert main(["embedding", "predict", *common, *out, str(tmp_path / f"{precision}.jsonl")]) == 0
+        # 15 distinct texts (one is repeated) in length-sorted batches of at most 4
+        assert sorted(n for n, _ in embed_calls) == [3, 4, 4, 4]
+        assert {bf16 for _, bf16 in embed_calls} == {precision == "bf16"}
+        embed_calls.clear()
+        npy = tmp_path / f"{precision}.npy"
+        args = ["embedding", "encode", *common, "--text_column", "sentence1", *out, str(npy)]
+        assert main(args) == 0
+        assert [n for n, _ in embed_calls] == [4, 4]
+        assert {bf16 for _, bf16 in embed_calls} == {precision == "bf16"}
+        vectors[precision] = np.load(npy)
+    # bf16 changed the numbers, a little
+    assert not np.array_equal(vectors["fp32"], vectors["bf16"])
+    assert np.allclose(vectors["fp32"], vectors["bf16"], atol=5e-2)
+
+
+def test_encode_never_replaces_an_id_file(tiny_bert, scored, tmp_path, embed_calls, capsys):
+    ids = write(tmp_path / "v.ids.json", '{"ids": ["kept"]}')
+    args = ["embedding", "encode", "--model_dir", tiny_bert, "--input_file", str(scored)]
+    args += ["--text_column", "sentence1", "--output_file", str(tmp_path / "v.npy")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "v.ids.json already exists" in err and "--overwrite_output" in err
+    # refused before any work: nothing embedded, nothing written
+    assert embed_calls == [] and not (tmp_path / "v.npy").exists()
+    assert ids.read_text() == '{"ids": ["kept"]}'
+    assert main([*args, "--overwrite_output"]) == 0
+    assert len(json.loads(ids.read_text())["ids"]) == 8 and np.load(tmp_path / "v.npy").shape == (8, 32)

@@ -48,7 +48,7 @@ def test_train_evaluate(tiny_models, corpus, tmp_path, family, capsys):
     )
     assert metrics["train_real_tokens_per_second"] > 0
     meta = json.loads((out / "encoder_tasks.json").read_text())
-    assert meta["task"] == "mlm" and meta["whole_word_masking"] is True
+    assert meta["task"] == "mlm" and meta["settings"]["whole_word_masking"] is True
     # evaluating a saved run uses fixed masks: the training-time evaluation is reproduced exactly
     dev = str(corpus[1])
     assert (
@@ -117,7 +117,7 @@ def test_mlm_run_is_the_starting_point_for_classification(tiny_bert, corpus, tmp
     assert classifier.task == "classification"
     for name, tensor in classifier.encoder.state_dict().items():
         assert torch.allclose(tensor, adapted[name], atol=1e-6), name
-    assert json.loads((cls_dir / "encoder_tasks.json").read_text())["base_model"] == str(mlm_dir)
+    assert json.loads((cls_dir / "encoder_tasks.json").read_text())["settings"]["base_model"] == str(mlm_dir)
 
 
 def test_from_scratch_then_predict(corpus, tmp_path, capsys):
@@ -193,3 +193,15 @@ def test_bad_settings_are_one_line_errors(tiny_bert, corpus, tmp_path, flags, me
     assert main([*argv, "--output_dir", str(tmp_path / "o"), *FAST, *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "Traceback" not in err
+
+
+def test_evaluate_uses_the_saved_settings(tiny_bert, corpus, tmp_path):
+    """Without flags, evaluate cuts and masks the text as training did (max_length 32, 30% of
+    whole words), so it reproduces the training-time evaluation."""
+    out = tmp_path / "run"
+    metrics = train(tiny_bert, out, corpus, "--whole_word_masking", "--mask_rate", "0.3")
+    argv = ["mlm", "evaluate", "--model_name_or_path", str(out), "--validation_file", str(corpus[1])]
+    assert main(argv) == 0
+    evaluated = json.loads((out / "eval" / "dev.json").read_text())
+    assert evaluated["eval_masked_tokens"] == metrics["eval_masked_tokens"]
+    assert evaluated["eval_perplexity"] == pytest.approx(metrics["eval_perplexity"], rel=1e-5)

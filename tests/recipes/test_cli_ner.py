@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from encoder_tasks.cli import main
-from encoder_tasks.tag_schemes import from_iob2
+from encoder_tasks.tasks.ner.schemes import from_iob2
 from tests.conftest import FAST_TRAINING, write
 
 SENTENCES = [
@@ -67,8 +67,9 @@ def test_train_evaluate_predict(tiny_models, tmp_path, family, head, capsys):
         assert 0.0 <= metrics[key] <= 1.0
     assert set(metrics["eval_per_type"]) <= {"PER", "LOC", "ORG"}
     meta = json.loads((out / "encoder_tasks.json").read_text())
-    assert meta["label_names"] == ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
-    assert meta["head_config"]["crf"] is (head == "crf")
+    assert meta["format_version"] == 2 and meta["head_class"] == "encoder_tasks.tasks.ner.model:TokenTagger"
+    assert meta["settings"]["label_names"] == ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+    assert meta["settings"]["crf"] is (head == "crf") and meta["settings"]["max_length"] == 8
 
     assert (
         main(
@@ -140,7 +141,7 @@ def test_bioes_input_is_predicted_back_in_bioes_from_conll(tiny_bert, tmp_path):
         )
         == 0
     )
-    assert json.loads((out / "encoder_tasks.json").read_text())["tag_scheme"] == "bioes"
+    assert json.loads((out / "encoder_tasks.json").read_text())["settings"]["tag_scheme"] == "bioes"
     preds = tmp_path / "p.jsonl"
     assert (
         main(
@@ -179,7 +180,8 @@ def test_bioes_input_is_predicted_back_in_bioes_from_conll(tiny_bert, tmp_path):
 
 def test_saved_crf_model_reloads_with_identical_predictions(tiny_bert, tmp_path):
     from encoder_tasks.backbone import load_tokenizer
-    from encoder_tasks.tasks.ner import TokenTagger, predict_sentences
+    from encoder_tasks.tasks.ner.model import TokenTagger
+    from encoder_tasks.tasks.ner.predict import predict_sentences
 
     train = write(tmp_path / "train.conll", conll())
     out = tmp_path / "run"
@@ -249,7 +251,7 @@ def test_chinese_characters_extend_the_vocabulary_and_predict_offsets(tiny_bert,
         )
         == 0
     )
-    meta = json.loads((out / "encoder_tasks.json").read_text())
+    meta = json.loads((out / "encoder_tasks.json").read_text())["settings"]
     assert meta["tag_scheme"] == "bmes" and meta["tokenization"] == "char" and meta["added_characters"] == 13
     config = json.loads((out / "config.json").read_text())
     from transformers import AutoTokenizer

@@ -44,7 +44,7 @@ def test_pair_regression_train_evaluate_predict(tiny_models, sts, tmp_path, fami
     metrics = json.loads((out / "metrics.json").read_text())
     assert -1 <= metrics["eval_spearman"] <= 1 and -1 <= metrics["eval_pearson"] <= 1
     meta = json.loads((out / "encoder_tasks.json").read_text())
-    assert meta["task"] == "pair" and meta["problem_type"] == "regression"
+    assert meta["task"] == "pair" and meta["settings"]["problem_type"] == "regression"
 
     assert (
         main(["pair", "evaluate", "--model_name_or_path", str(out), "--validation_file", str(sts), *COLUMNS])

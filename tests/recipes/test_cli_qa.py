@@ -69,7 +69,7 @@ def test_train_evaluate_predict(tiny_models, tmp_path, family, capsys):
     assert metrics["eval_total"] == questions_in(data) and metrics["eval_missing"] == 0
     assert 0.0 <= metrics["eval_exact"] <= metrics["eval_f1"] <= 100.0
     meta = json.loads((out / "encoder_tasks.json").read_text())
-    assert meta["task"] == "qa" and meta["version_2_with_negative"] is False
+    assert meta["task"] == "qa" and meta["settings"]["version_2_with_negative"] is False
 
     assert (
         main(
@@ -150,9 +150,9 @@ def test_v2_train_by_article_split_and_single_question(tiny_bert, tmp_path, caps
     )
     for key in ("eval_best_f1", "eval_best_f1_thresh", "eval_best_exact", "eval_NoAns_exact"):
         assert key in metrics
-    meta = json.loads((out / "encoder_tasks.json").read_text())
-    assert meta["version_2_with_negative"] is True
-    assert meta["null_threshold"] == pytest.approx(metrics["eval_best_f1_thresh"])  # tuned, stored
+    settings = json.loads((out / "encoder_tasks.json").read_text())["settings"]
+    assert settings["version_2_with_negative"] is True
+    assert settings["null_threshold"] == pytest.approx(metrics["eval_best_f1_thresh"])  # tuned, stored
 
     # evaluate picks the same held-out articles
     assert (
@@ -226,11 +226,11 @@ def test_answer_check_error_names_ids(tiny_bert, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "2 of 4 answers do not match the context at answer_start" in err
     assert "a0q0" in err and "a1q0" in err
-    # default: fixed where possible, reported, and training goes on
+    # default: fixed where possible, reported (a warning, on stderr), and training goes on
     assert main([*args, "--output_dir", str(tmp_path / "b")]) == 0
-    out = capsys.readouterr().out
-    assert "1 found elsewhere in the context and moved to the nearest occurrence (ids a0q0)" in out
-    assert "1 whose text is not in the context" in out and "a1q0" in out
+    out, err = capsys.readouterr()
+    assert "1 found elsewhere in the context and moved to the nearest occurrence (ids a0q0)" in err
+    assert "1 whose text is not in the context" in err and "a1q0" in err
     assert "training on 3 of 4 questions" in out
 
 
@@ -257,3 +257,86 @@ def test_bad_settings_are_user_errors(tiny_bert, tmp_path, argv, message, capsys
     ]
     assert main([*args, *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+# ---- predict: precision, batch size, output files (no training needed) ----------------------
+@pytest.fixture
+def saved_qa(tiny_bert, tmp_path):
+    """An untrained QA model saved as a run saves it, with short windows (max_length 24, stride 6)."""
+    import torch
+
+    from encoder_tasks.backbone import load_encoder, load_tokenizer
+    from encoder_tasks.tasks.qa import QASettings, QATask
+
+    torch.manual_seed(0)
+    model = QATask().build_model(load_encoder(tiny_bert), QASettings(max_length=24, doc_stride=6))
+    model.save_pretrained(tmp_path / "model")
+    load_tokenizer(tiny_bert).save_pretrained(str(tmp_path / "model"))
+    return tmp_path / "model"
+
+
+@pytest.fixture
+def forward_spy(monkeypatch):
+    """Records, for every encoder call, the batch size and whether bf16 autocast was on."""
+    import torch
+
+    from encoder_tasks.heads import EncoderWithHead
+
+    calls = []
+    encode = EncoderWithHead.encode
+
+    def spy(self, input_ids=None, *args, **kwargs):
+        device = self.device.type
+        bf16 = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16
+        calls.append({"rows": len(input_ids), "bf16": bf16})
+        return encode(self, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(EncoderWithHead, "encode", spy)
+    return calls
+
+
+def predict_rows(model_dir, tmp_path, name, *flags):
+    rows = [
+        {"id": str(i), "question": "who lives in paris ?", "context": c * 3} for i, c in enumerate(CONTEXTS)
+    ]
+    inputs = write(tmp_path / "in.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    output = tmp_path / name
+    argv = ["qa", "predict", "--model_dir", str(model_dir), "--input_file", str(inputs)]
+    assert main([*argv, "--output_file", str(output), "--top_k", "3", *flags]) == 0
+    return [json.loads(line) for line in output.read_text().splitlines()]
+
+
+def test_predict_runs_under_the_precision_asked_for(saved_qa, tmp_path, forward_spy):
+    # The old predict ignored --precision: every forward ran in fp32 and the scores were the same.
+    bf16 = predict_rows(saved_qa, tmp_path, "bf16.jsonl", "--precision", "bf16")
+    assert forward_spy and all(call["bf16"] for call in forward_spy)
+    forward_spy.clear()
+    fp32 = predict_rows(saved_qa, tmp_path, "fp32.jsonl", "--precision", "fp32")
+    assert forward_spy and not any(call["bf16"] for call in forward_spy)
+    scores = [[c["score"] for c in row["candidates"]] for row in (*bf16, *fp32)]
+    assert scores[: len(bf16)] != scores[len(bf16) :]  # the encoder really ran in bf16
+
+
+def test_predict_honours_batch_size_and_the_saved_windows(saved_qa, tmp_path, forward_spy):
+    # No --max_length/--doc_stride: the saved 24/6 are used (the default stride 128 cannot fit).
+    rows = predict_rows(saved_qa, tmp_path, "b2.jsonl", "--batch_size", "2", "--precision", "fp32")
+    windows = sum(row.get("windows", 1) for row in rows)
+    assert windows > len(rows)  # long contexts: several windows per question
+    assert [call["rows"] for call in forward_spy] == [2] * (windows // 2) + [1] * (windows % 2)
+    forward_spy.clear()
+    assert predict_rows(saved_qa, tmp_path, "b64.jsonl", "--batch_size", "64", "--precision", "fp32") == rows
+    assert [call["rows"] for call in forward_spy] == [windows]
+
+
+def test_single_question_never_overwrites_an_output_file(saved_qa, tmp_path, capsys):
+    # The old predict wrote one --question's answer over an existing --output_file silently.
+    target = write(tmp_path / "answers.jsonl", "keep me\n")
+    argv = ["qa", "predict", "--model_dir", str(saved_qa), "--question", "who lives in paris ?"]
+    argv += ["--context", CONTEXTS[0], "--output_file", str(target)]
+    assert main(argv) == 2
+    assert "already exists; choose another or pass --overwrite_output" in capsys.readouterr().err
+    assert target.read_text() == "keep me\n"
+    assert main([*argv, "--overwrite_output"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (written,) = [json.loads(line) for line in target.read_text().splitlines()]
+    assert written == printed and written["question"] == "who lives in paris ?"

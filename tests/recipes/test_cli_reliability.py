@@ -11,7 +11,7 @@ from collections import namedtuple
 import pytest
 from transformers import TrainerCallback
 
-from encoder_tasks import checkpoints, run
+from encoder_tasks import checkpoints, outputs
 from encoder_tasks.checkpoints import incomplete_reason
 from encoder_tasks.cli import main
 from encoder_tasks.errors import UserError
@@ -89,7 +89,9 @@ def test_full_disk_is_found_before_training(tiny_bert, tmp_path, capsys, monkeyp
     data = _scores(tmp_path / "train.csv")
     out = tmp_path / "run"
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(run.shutil, "disk_usage", lambda path: usage(1 << 30, (1 << 30) - (1 << 20), 1 << 20))
+    monkeypatch.setattr(
+        outputs.shutil, "disk_usage", lambda path: usage(1 << 30, (1 << 30) - (1 << 20), 1 << 20)
+    )
     monkeypatch.setattr(EncoderTaskTrainer, "train", lambda *a, **k: pytest.fail("training started"))
     assert main(_train(tiny_bert, data, out)) == 2
     line = _one_line(capsys.readouterr().err)
@@ -105,11 +107,11 @@ def test_disk_estimate_counts_every_checkpoint_kept(tiny_bert):
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     margin = 50 << 20
     args = SimpleNamespace(save_strategy="steps", save_total_limit=2, save_only_model=False)
-    assert run.checkpoint_bytes(model, args)[0] == 3 * 3 * weights + weights + margin
+    assert outputs.checkpoint_bytes(model, args)[0] == 3 * 3 * weights + weights + margin
     args.save_total_limit = None
-    assert run.checkpoint_bytes(model, args)[0] == 2 * 3 * weights + weights + margin
+    assert outputs.checkpoint_bytes(model, args)[0] == 2 * 3 * weights + weights + margin
     args.save_strategy = "no"
-    assert run.checkpoint_bytes(model, args)[0] == weights + margin
+    assert outputs.checkpoint_bytes(model, args)[0] == weights + margin
 
 
 def test_unwritable_output_dir_is_found_before_training(tiny_bert, tmp_path, capsys, monkeypatch):
@@ -118,7 +120,7 @@ def test_unwritable_output_dir_is_found_before_training(tiny_bert, tmp_path, cap
     def refuse(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(run.tempfile, "NamedTemporaryFile", refuse)
+    monkeypatch.setattr(outputs.tempfile, "NamedTemporaryFile", refuse)
     assert main(_train(tiny_bert, data, tmp_path / "run")) == 2
     assert "cannot write there (Permission denied)" in _one_line(capsys.readouterr().err)
 
@@ -177,12 +179,12 @@ def test_user_error_raised_in_a_callback_reaches_the_cli(tiny_bert, tmp_path, ca
 
 
 def test_unexpected_exception_is_one_line_and_debug_shows_it(tiny_bert, tmp_path, capsys, monkeypatch):
-    from encoder_tasks.tasks import classification
+    from encoder_tasks.registry import TASKS
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(classification, "prepare", broken)
+    monkeypatch.setattr(type(TASKS["classification"]), "prepare", broken)
     data = _scores(tmp_path / "train.csv")
     argv = _train(tiny_bert, data, tmp_path / "run")
     assert main(argv) == 1

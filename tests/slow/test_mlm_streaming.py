@@ -9,7 +9,7 @@ import pytest
 
 SCRIPT = """
 import json, sys, threading, time
-from encoder_tasks.data.text import make_blocks, read_split
+from encoder_tasks.tasks.mlm.text import make_blocks, read_split
 from encoder_tasks.testing import make_tiny_tokenizer
 
 def anon_mib():  # anonymous memory only: memory-mapped file pages are page cache, not the heap

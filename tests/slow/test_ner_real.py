@@ -4,10 +4,10 @@ import pytest
 
 from encoder_tasks.data.loading import Split
 from encoder_tasks.errors import UserError
-from encoder_tasks.tag_schemes import detect_scheme
-from encoder_tasks.tagging.features import featurize
-from encoder_tasks.tagging.text import guess_level, missing_characters
-from encoder_tasks.tasks.ner import NerArguments, normalise_tags, read_sentences, read_split
+from encoder_tasks.tasks.ner.features import featurize
+from encoder_tasks.tasks.ner.reading import normalise_tags, read_sentences, read_split
+from encoder_tasks.tasks.ner.schemes import detect_scheme
+from encoder_tasks.tasks.ner.text import guess_level, missing_characters
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def test_published_files_read_whole_and_valid(shared_data, relative, prefix, sen
     path = shared_data / relative
     split = Split("train", str(path), read_split(path))
     assert len(split.dataset) == sentences
-    words, tags = read_sentences(split, NerArguments(), prefix)
+    words, tags = read_sentences(split, "tokens", "tags", prefix)
     assert detect_scheme(tags) == scheme
     if invalid:
         with pytest.raises(UserError, match=r"line \d+: invalid BMES sequence"):
@@ -45,7 +45,7 @@ def test_long_wikiann_sentences_are_windowed_without_loss(shared_data):
 
     path = shared_data / "ner/wikiann-en/train"
     split = Split("train", str(path), read_split(path))
-    words, _ = read_sentences(split, NerArguments(), "en:")
+    words, _ = read_sentences(split, "tokens", "tags", "en:")
     longest = sorted(words, key=len)[-20:]  # up to 439 words
     tokenizer = load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")
     features = featurize(longest, tokenizer, max_length=128, stride=32)
@@ -61,7 +61,7 @@ def test_resume_zh_is_character_level_and_needs_vocabulary(shared_data):
 
     path = shared_data / "ner/resume-zh/train.char.bmes"
     split = Split("train", str(path), read_split(path))
-    words, _ = read_sentences(split, NerArguments(), None)
+    words, _ = read_sentences(split, "tokens", "tags")
     assert guess_level(words) == "char"
     tokenizer = load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")
     missing = missing_characters(tokenizer, words, "auto", 2)

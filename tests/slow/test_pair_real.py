@@ -5,7 +5,11 @@ import pytest
 from encoder_tasks.backbone import load_tokenizer
 from encoder_tasks.config import DataArguments
 from encoder_tasks.data import load_splits
-from encoder_tasks.tasks import embedding, pair
+from encoder_tasks.tasks.embedding import EmbeddingTask
+from encoder_tasks.tasks.embedding.args import EmbeddingArguments, EmbeddingSettings
+from encoder_tasks.tasks.embedding.evaluation import evaluate_embeddings
+from encoder_tasks.tasks.embedding.model import load_bi_encoder
+from encoder_tasks.tasks.pair import PairArguments, PairTask
 
 pytestmark = pytest.mark.slow
 
@@ -26,17 +30,18 @@ def test_stsb_files_read_as_published(shared_data):
     )
     splits = load_splits(args)
     assert [len(splits[s].dataset) for s in ("train", "validation", "test")] == [5749, 1500, 1379]
-    prepared = pair.prepare(splits, load_tokenizer(MINILM), pair.PairArguments(), args)
-    assert prepared.metadata["problem_type"] == "regression"
+    prepared = PairTask().prepare(splits, load_tokenizer(MINILM), PairArguments(), args)
+    assert prepared.settings.problem_type == "regression"
     assert min(prepared.train["labels"]) == 0.0 and max(prepared.train["labels"]) == 5.0
 
 
 def test_minilm_as_shipped_ranks_stsb_dev_pairs(shared_data):
     args = sts_args(shared_data, validation_file="pair/stsb/sts-dev.csv")
     splits = load_splits(args, required=("validation",))
-    meta = {"loss": "cosent", "evaluation": "sts", "retrieval_k": [1, 5, 10]}
-    prepared = embedding.prepare(splits, load_tokenizer(MINILM), embedding.EmbeddingArguments(), args, meta)
-    model = embedding.load_bi_encoder(MINILM)
-    metrics = embedding.evaluate_embeddings(model, load_tokenizer(MINILM), prepared.eval, prepared.metadata)
+    saved = EmbeddingSettings(loss="cosent", evaluation="sts", retrieval_k="1,5,10")
+    tokenizer = load_tokenizer(MINILM)
+    prepared = EmbeddingTask().prepare(splits, tokenizer, EmbeddingArguments(evaluation="sts"), args, saved)
+    model = load_bi_encoder(MINILM)
+    metrics = evaluate_embeddings(model, tokenizer, prepared.eval, prepared.settings)
     # measured 0.820 on STS-B test (docs/embedding.md); a broken pooling or tokenizer falls far below
     assert metrics["cosine_spearman"] > 0.8

@@ -2,8 +2,8 @@
 
 import pytest
 
-from encoder_tasks import qa_spans
-from encoder_tasks.data.squad import check_answers, read_squad, split_by_article
+from encoder_tasks.tasks.qa.reading import check_answers, read_squad, split_by_article
+from encoder_tasks.tasks.qa.windows import label_windows, make_windows
 
 pytestmark = pytest.mark.slow
 
@@ -38,8 +38,8 @@ def test_xquad_answers_round_trip_through_minilm_windows(shared_data):
     tok = load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")
     ds = read_squad(shared_data / "qa/xquad-en-dev/xquad.en.articles00-23.json")
     spans, _ = check_answers(ds["answers"], ds["context"], ds["id"], "xquad", "fix")
-    windows = qa_spans.make_windows(tok, ds["question"], ds["context"], max_length=128, doc_stride=32)
-    starts, ends = qa_spans.label_windows(windows, spans)
+    windows = make_windows(tok, ds["question"], ds["context"], max_length=128, doc_stride=32)
+    starts, ends = label_windows(windows, spans)
     recovered = set()
     for i, example in enumerate(windows.example_index):
         if starts[i] == windows.null_index[i]:

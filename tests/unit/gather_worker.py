@@ -3,8 +3,8 @@
 import torch
 import torch.nn.functional as F
 
-from encoder_tasks.distributed import gather_with_local_grad
-from encoder_tasks.losses import MultipleNegativesRankingLoss
+from encoder_tasks.tasks.embedding.distributed import gather_with_local_grad
+from encoder_tasks.tasks.embedding.losses import MultipleNegativesRankingLoss
 
 
 def check_gather(rank, world, init_file):

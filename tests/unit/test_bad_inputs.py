@@ -626,7 +626,7 @@ CASES = [
         "train",
         {"e.tsv": "sentence1\tsentence2\na b\tc d\n"},
         ["--train_file", "{data}/e.tsv", "--negative_columns", "hard"],
-        "{data}/e.tsv: no negative column 'hard' (--negative_columns)",
+        "{data}/e.tsv: no negative column 'hard'; found columns ['sentence1', 'sentence2']. Pass --negative_columns",
     ),
 ]
 

@@ -8,7 +8,7 @@ from encoder_tasks.registry import TASKS
 from encoder_tasks.training_args import EncoderTrainingArguments
 from tests.conftest import REPO, write
 
-ALL = [ModelArguments, DataArguments, TASKS["classification"].load().Arguments, EncoderTrainingArguments]
+ALL = [ModelArguments, DataArguments, TASKS["classification"].Arguments, EncoderTrainingArguments]
 
 
 def test_recipe_then_flags_override(tmp_path):
@@ -57,7 +57,7 @@ def test_every_recipe_parses():
     task_recipes = [p for p in recipes if p.parent.name in TASKS]
     assert task_recipes, "no recipes found"
     for path in task_recipes:
-        task = TASKS[path.parent.name].load()
+        task = TASKS[path.parent.name]
         dataclasses = [ModelArguments, DataArguments, task.Arguments, EncoderTrainingArguments]
         parse_args(dataclasses, ["--config", str(path)])
         assert path.read_text().startswith("#"), f"{path} should open with a comment giving its command"

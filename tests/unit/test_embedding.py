@@ -11,11 +11,15 @@ from encoder_tasks.backbone import load_encoder, load_tokenizer, resolve_model_p
 from encoder_tasks.config import DataArguments
 from encoder_tasks.data import Split, read_file
 from encoder_tasks.errors import UserError
-from encoder_tasks.st_layout import read_max_seq_length, read_sentence_transformers_pooling
-from encoder_tasks.tasks import embedding as emb
-from encoder_tasks.tasks.embedding_eval import retrieval_corpus
+from encoder_tasks.tasks.embedding import EmbeddingTask
+from encoder_tasks.tasks.embedding.args import EmbeddingArguments
+from encoder_tasks.tasks.embedding.data import duplicate_keys
+from encoder_tasks.tasks.embedding.evaluation import retrieval_corpus
+from encoder_tasks.tasks.embedding.model import BiEncoder, encode_texts, load_bi_encoder
+from encoder_tasks.tasks.embedding.st_layout import read_max_seq_length, read_sentence_transformers_pooling
 from tests.conftest import write
 
+TASK = EmbeddingTask()
 SCORED = (
     "sentence1\tsentence2\tscore\n"
     "the film was good\tthe movie was good\t4.5\n"
@@ -39,24 +43,25 @@ def split(tmp_path, name, text):
 def test_scored_pairs_default_to_cosent_with_scaled_labels(tmp_path, tiny_bert):
     tok = load_tokenizer(tiny_bert)
     s = split(tmp_path, "t.tsv", SCORED)
-    prepared = emb.prepare({"train": s, "validation": s}, tok, emb.EmbeddingArguments(), DataArguments())
-    assert prepared.metadata["loss"] == "cosent" and prepared.metadata["score_range"] == [0.0, 4.5]
+    prepared = TASK.prepare({"train": s, "validation": s}, tok, EmbeddingArguments(), DataArguments())
+    assert prepared.settings.loss == "cosent" and prepared.settings.score_range == [0.0, 4.5]
     assert prepared.train["labels"] == pytest.approx([1.0, 3 / 4.5, 1 / 4.5, 0.0])
-    assert prepared.metadata["evaluation_mode"] == "sts"
+    assert prepared.settings.evaluation_mode == "sts"
     assert prepared.eval["score"] == [4.5, 3.0, 1.0, 0.0]
-    assert prepared.head_kwargs["loss"] == "cosent"
+    assert TASK.build_model(load_encoder(tiny_bert), prepared.settings).loss_name == "cosent"
 
 
 def test_triples_train_mnrl_with_hard_negatives(tmp_path, tiny_bert):
     tok = load_tokenizer(tiny_bert)
     s = split(tmp_path, "t.csv", TRIPLES)
-    args = emb.EmbeddingArguments(negative_columns="negative")
-    prepared = emb.prepare({"train": s, "validation": s}, tok, args, DataArguments())
-    assert prepared.metadata["loss"] == "mnrl" and prepared.metadata["evaluation_mode"] == "retrieval"
+    args = EmbeddingArguments(negative_columns="negative")
+    prepared = TASK.prepare({"train": s, "validation": s}, tok, args, DataArguments())
+    assert prepared.settings.loss == "mnrl" and prepared.settings.evaluation_mode == "retrieval"
     assert "negative_0_input_ids" in prepared.train.column_names
     batch = prepared.collator(8)([prepared.train[i] for i in range(3)])
     assert batch["anchor"]["input_ids"].shape[1] % 8 == 0 and len(batch["negatives"]) == 1
-    model = emb.build_model(load_encoder(tiny_bert), prepared.head_kwargs)
+    model = TASK.build_model(load_encoder(tiny_bert), prepared.settings)
+    assert model.settings is prepared.settings
     out = model(**batch)
     assert torch.isfinite(out.loss) and out.embeddings.shape == (3, 32)
     out.loss.backward()
@@ -65,9 +70,9 @@ def test_triples_train_mnrl_with_hard_negatives(tmp_path, tiny_bert):
 
 def test_min_score_keeps_positive_pairs_for_mnrl(tmp_path, tiny_bert):
     tok = load_tokenizer(tiny_bert)
-    args = emb.EmbeddingArguments(loss="infonce", positive_min_score=3.0)
-    prepared = emb.prepare({"train": split(tmp_path, "t.tsv", SCORED)}, tok, args, DataArguments())
-    assert prepared.metadata["loss"] == "mnrl" and len(prepared.train) == 2
+    args = EmbeddingArguments(loss="infonce", positive_min_score=3.0)
+    prepared = TASK.prepare({"train": split(tmp_path, "t.tsv", SCORED)}, tok, args, DataArguments())
+    assert prepared.settings.loss == "mnrl" and len(prepared.train) == 2
     assert "labels" not in prepared.train.column_names
 
 
@@ -92,7 +97,7 @@ def test_min_score_keeps_positive_pairs_for_mnrl(tmp_path, tiny_bert):
         (
             SCORED,
             {"negative_columns": "hard"},
-            r"no negative column .hard. \(--negative_columns\); found columns",
+            r"no negative column 'hard'; found columns .*Pass --negative_columns",
         ),
         (
             "a,b\nx,y\n",
@@ -106,8 +111,8 @@ def test_bad_inputs_name_file_line_and_column(tmp_path, tiny_bert, text, kwargs,
     tok = load_tokenizer(tiny_bert)
     name = "t.tsv" if "\t" in text else "t.csv"
     with pytest.raises(UserError, match=message):
-        emb.prepare(
-            {"train": split(tmp_path, name, text)}, tok, emb.EmbeddingArguments(**kwargs), DataArguments()
+        TASK.prepare(
+            {"train": split(tmp_path, name, text)}, tok, EmbeddingArguments(**kwargs), DataArguments()
         )
 
 
@@ -115,8 +120,8 @@ def test_retrieval_on_scored_pairs_needs_a_threshold(tmp_path, tiny_bert):
     tok = load_tokenizer(tiny_bert)
     s = split(tmp_path, "t.tsv", SCORED)
     with pytest.raises(UserError, match="needs --positive_min_score"):
-        emb.prepare(
-            {"train": s, "validation": s}, tok, emb.EmbeddingArguments(evaluation="both"), DataArguments()
+        TASK.prepare(
+            {"train": s, "validation": s}, tok, EmbeddingArguments(evaluation="both"), DataArguments()
         )
 
 
@@ -125,7 +130,7 @@ def test_retrieval_on_scored_pairs_needs_a_threshold(tmp_path, tiny_bert):
 )
 def test_bad_settings(bad):
     with pytest.raises(UserError):
-        emb.EmbeddingArguments(**bad)
+        EmbeddingArguments(**bad)
 
 
 def test_retrieval_corpus_from_pairs():
@@ -140,10 +145,10 @@ def test_retrieval_corpus_from_pairs():
 def test_duplicate_texts_share_keys(tmp_path, tiny_bert):
     tok = load_tokenizer(tiny_bert)
     text = "anchor,positive\nthe cat,a dog\nthe cat,big red\nsmall,a dog\n"
-    prepared = emb.prepare(
-        {"train": split(tmp_path, "t.csv", text)}, tok, emb.EmbeddingArguments(), DataArguments()
+    prepared = TASK.prepare(
+        {"train": split(tmp_path, "t.csv", text)}, tok, EmbeddingArguments(), DataArguments()
     )
-    keys = emb.duplicate_keys(prepared.train)
+    keys = duplicate_keys(prepared.train)
     assert keys[0][0] == keys[1][0] and keys[0][1] == keys[2][1] and keys[1][1] != keys[2][1]
 
 
@@ -151,17 +156,17 @@ def test_duplicate_texts_share_keys(tmp_path, tiny_bert):
 @pytest.mark.parametrize("pooling", ["mean", "cls", "max"])
 def test_embeddings_do_not_depend_on_padding(tiny_models, family, pooling):
     tok = load_tokenizer(tiny_models[family])
-    model = emb.BiEncoder(load_encoder(tiny_models[family]), pooling=pooling).eval()
+    model = BiEncoder(load_encoder(tiny_models[family]), pooling=pooling).eval()
     texts = ["the cat sat on the mat and the dog ran", "good"]
-    together = emb.encode_texts(model, tok, texts, batch_size=2)
-    alone = np.concatenate([emb.encode_texts(model, tok, [t]) for t in texts])
+    together = encode_texts(model, tok, texts, batch_size=2)
+    alone = np.concatenate([encode_texts(model, tok, [t]) for t in texts])
     assert np.allclose(together, alone, atol=1e-5)
     assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
 
 
 def _saved(tmp_path, tiny_models, family="bert", **head):
-    model = emb.BiEncoder(load_encoder(tiny_models[family]), **head)
-    model.metadata["max_length"] = 64
+    model = BiEncoder(load_encoder(tiny_models[family]), **head)
+    model.settings = model.settings.replace(max_length=64)
     out = tmp_path / f"model-{family}"
     model.save_pretrained(out)
     load_tokenizer(tiny_models[family]).save_pretrained(out)
@@ -189,10 +194,10 @@ def test_saved_layout_matches_a_sentence_transformers_model(tmp_path, tiny_model
     for name, tensor in model.encoder.state_dict().items():
         assert torch.equal(plain.state_dict()[name], tensor), name
     # and the toolkit reloads the bi-encoder
-    again = emb.load_bi_encoder(str(out))
+    again = load_bi_encoder(str(out))
     tok = load_tokenizer(out)
     texts = ["the film was good", "john lives in paris"]
-    assert np.allclose(emb.encode_texts(model, tok, texts), emb.encode_texts(again, tok, texts), atol=1e-6)
+    assert np.allclose(encode_texts(model, tok, texts), encode_texts(again, tok, texts), atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -206,19 +211,17 @@ def test_sentence_transformers_loads_the_saved_model(tmp_path, tiny_models, fami
     loaded = st.SentenceTransformer(str(out), device="cpu")
     texts = ["the film was good and fun", "john lives in paris", "a"]
     theirs = loaded.encode(texts, convert_to_numpy=True)
-    ours = emb.encode_texts(model, load_tokenizer(out), texts)
+    ours = encode_texts(model, load_tokenizer(out), texts)
     assert theirs.shape == ours.shape and np.allclose(theirs, ours, atol=1e-5)
     assert loaded.max_seq_length == 64
 
 
-def test_load_bi_encoder_refuses_other_tasks(tmp_path, tiny_bert):
-    from encoder_tasks.tasks.classification import SequenceClassifier
-
-    SequenceClassifier(load_encoder(tiny_bert), num_labels=2).save_pretrained(tmp_path / "cls")
+def test_load_bi_encoder_refuses_other_tasks(tmp_path):
+    (tmp_path / "encoder_tasks.json").write_text(json.dumps({"format_version": 2, "task": "classification"}))
     with pytest.raises(UserError, match="holds a 'classification' model, not an embedding model"):
-        emb.load_bi_encoder(str(tmp_path / "cls"))
+        load_bi_encoder(str(tmp_path))
 
 
 def test_plain_encoder_loads_with_mean_pooling(tiny_bert):
-    model = emb.load_bi_encoder(tiny_bert)
+    model = load_bi_encoder(tiny_bert)
     assert model.pooler.mode == "mean" and model.normalize and not model.training

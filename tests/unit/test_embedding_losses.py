@@ -7,12 +7,17 @@ import numpy as np
 import pytest
 import torch
 
-from encoder_tasks.distributed import gather_with_local_grad
 from encoder_tasks.errors import UserError
 from encoder_tasks.heads import Pooler
-from encoder_tasks.losses import CoSENTLoss, CosineSimilarityLoss, MultipleNegativesRankingLoss, build_loss
-from encoder_tasks.retrieval import exact_search, retrieval_metrics
-from encoder_tasks.samplers import DuplicateFreeBatchSampler
+from encoder_tasks.tasks.embedding.distributed import gather_with_local_grad
+from encoder_tasks.tasks.embedding.losses import (
+    CoSENTLoss,
+    CosineSimilarityLoss,
+    MultipleNegativesRankingLoss,
+    build_loss,
+)
+from encoder_tasks.tasks.embedding.retrieval import exact_search, retrieval_metrics
+from encoder_tasks.tasks.embedding.samplers import DuplicateFreeBatchSampler
 
 R = 1 / math.sqrt(2)
 A = torch.tensor([[1.0, 0.0], [0.0, 1.0]])

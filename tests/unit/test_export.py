@@ -1,5 +1,12 @@
-"""Export parity: the stock transformers layout (served by ``transformers.pipeline``) and ONNX
-give the toolkit model's outputs."""
+"""Export parity: the stock transformers layout (served by ``transformers.pipeline``) and the
+task's own layouts give the toolkit model's outputs; ``test_export_onnx.py`` covers ONNX.
+
+Heads are built through the task contract (``TASKS[task].build_model`` from the task's
+``Settings``), as loading a saved model builds them, with large random weights: a lazy export
+(a head that happens to be near zero) cannot pass.
+"""
+
+import json
 
 import numpy as np
 import pytest
@@ -7,31 +14,46 @@ import torch
 
 from encoder_tasks.backbone import load_encoder, load_tokenizer
 from encoder_tasks.errors import UserError
-from encoder_tasks.export import OnnxModel, export_model, hidden_bound, viterbi_numpy
-from encoder_tasks.tasks.classification import SequenceClassifier, predict_texts
+from encoder_tasks.export import EXPORT_INFO, export_model, hidden_bound
+from encoder_tasks.registry import TASKS
+from encoder_tasks.tasks.classification.predict import predict_texts
+from tests.conftest import REPO
 
 TEXTS = ["the film was good and fun", "I hate this awful film .", "john smith lives in paris", "a"]
 STOCK_FAMILIES = ["bert", "roberta", "distilbert", "electra", "deberta-v2"]
+FORMAT1 = REPO / "tests" / "assets" / "format1"
 
 
-def _save(model, tokenizer, directory):
+def save(model, tokenizer, directory):
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
 
 
-def _classifier(path, pooling="cls", labels=("neg", "neutral", "pos"), problem_type="single_label"):
-    torch.manual_seed(1)
-    model = SequenceClassifier(
-        load_encoder(path), num_labels=len(labels), problem_type=problem_type, pooling=pooling
+def build(task, path, seed, **settings):
+    """``task``'s head on the tiny encoder at ``path``, built from its saved-settings type."""
+    torch.manual_seed(seed)
+    spec = TASKS[task]
+    return spec.build_model(load_encoder(path), spec.Settings(**settings)).eval()
+
+
+def classifier(
+    path, pooling="cls", labels=("neg", "neutral", "pos"), problem_type="single_label", task="classification"
+):
+    model = build(
+        task, path, 1, label_names=list(labels), problem_type=problem_type, pooling=pooling, max_length=64
     )
-    # Large random weights: a lazy export (a head that happens to be near zero) cannot pass.
     torch.nn.init.normal_(model.classifier.weight, std=2.0)
     torch.nn.init.normal_(model.classifier.bias, std=1.0)
-    model.metadata.update(
-        {"label_names": list(labels), "problem_type": problem_type, "text_column": "text", "max_length": 64}
-    )
-    return model.eval()
+    return model
+
+
+def tagger(path, crf):
+    model = build("ner", path, 2, label_names=["O", "B-PER", "I-PER", "B-LOC", "I-LOC"], crf=crf)
+    torch.nn.init.normal_(model.classifier.weight, std=2.0)
+    if crf:
+        torch.nn.init.normal_(model.crf.transitions, std=2.0)
+    return model
 
 
 @pytest.mark.parametrize("family", STOCK_FAMILIES)
@@ -40,10 +62,11 @@ def test_sequence_classifier_pipeline_matches_toolkit_predict(tiny_models, tmp_p
 
     path = tiny_models[family]
     tokenizer = load_tokenizer(path)
-    model = _classifier(path)
-    run = _save(model, tokenizer, tmp_path / "run")
+    model = classifier(path)
+    run = save(model, tokenizer, tmp_path / "run")
     info = export_model(run, tmp_path / "stock")
     assert info["format"] == "transformers" and info["architecture"].endswith("ForSequenceClassification")
+    assert json.loads((tmp_path / "stock" / EXPORT_INFO).read_text())["task"] == "classification"
 
     served = pipeline("text-classification", model=str(tmp_path / "stock"), top_k=None, device=-1)(TEXTS)
     # fp32: `predict` defaults to bf16 autocast where the CPU has it; the pipeline runs fp32.
@@ -61,8 +84,8 @@ def test_pair_and_regression_heads_export(tiny_models, tmp_path):
 
     path = tiny_models["bert"]
     tokenizer = load_tokenizer(path)
-    model = _classifier(path, labels=("score",), problem_type="regression")
-    _save(model, tokenizer, tmp_path / "run")
+    model = classifier(path, labels=("score",), problem_type="regression")
+    save(model, tokenizer, tmp_path / "run")
     export_model(tmp_path / "run", tmp_path / "stock")
     stock = AutoModelForSequenceClassification.from_pretrained(tmp_path / "stock").eval()
     assert stock.config.problem_type == "regression"
@@ -71,10 +94,25 @@ def test_pair_and_regression_heads_export(tiny_models, tmp_path):
         torch.testing.assert_close(stock(**batch).logits, model(**batch).logits, atol=1e-4, rtol=1e-4)
 
 
+def test_pair_cross_encoder_pipeline_on_text_pairs(tiny_models, tmp_path):
+    from transformers import pipeline
+
+    path = tiny_models["electra"]
+    tokenizer = load_tokenizer(path)
+    model = classifier(path, labels=("different", "paraphrase"), task="pair")
+    save(model, tokenizer, tmp_path / "run")
+    assert export_model(tmp_path / "run", tmp_path / "stock")["task"] == "pair"
+    pipe = pipeline("text-classification", model=str(tmp_path / "stock"), top_k=None, device=-1)
+    served = pipe([{"text": a, "text_pair": b} for a, b in zip(TEXTS, TEXTS[::-1])])
+    ours, _ = predict_texts(model, tokenizer, TEXTS, TEXTS[::-1], long_text="truncate", precision="fp32")
+    for got, want in zip(served, ours):
+        got = {row["label"]: row["score"] for row in got}
+        assert got == pytest.approx(want["probabilities"], abs=1e-4)
+
+
 def test_tanh_family_bound_holds(tiny_models):
     """The export's identity trick relies on the last LayerNorm bounding every hidden unit."""
-    path = tiny_models["bert"]
-    encoder = load_encoder(path).eval()
+    encoder = load_encoder(tiny_models["bert"]).eval()
     bound = hidden_bound(encoder)
     ids = torch.randint(5, 60, (8, 12))
     with torch.no_grad():
@@ -84,44 +122,57 @@ def test_tanh_family_bound_holds(tiny_models):
 
 def test_mean_pooling_and_modernbert_are_refused_with_a_reason(tiny_models, tmp_path):
     tokenizer = load_tokenizer(tiny_models["bert"])
-    _save(_classifier(tiny_models["bert"], pooling="mean"), tokenizer, tmp_path / "mean")
+    save(classifier(tiny_models["bert"], pooling="mean"), tokenizer, tmp_path / "mean")
     with pytest.raises(UserError, match="mean-pools.*--pooling cls.*--format onnx"):
         export_model(tmp_path / "mean", tmp_path / "out1")
     modern = tiny_models["modernbert"]
-    _save(_classifier(modern), load_tokenizer(modern), tmp_path / "modern")
+    save(classifier(modern), load_tokenizer(modern), tmp_path / "modern")
     with pytest.raises(UserError, match="modernbert.*LayerNorm.*--format onnx"):
         export_model(tmp_path / "modern", tmp_path / "out2")
+    assert not (tmp_path / "out1").exists() and not (tmp_path / "out2").exists()
 
 
-def test_export_never_overwrites(tiny_models, tmp_path):
+def test_export_never_overwrites_and_names_the_formats_a_task_has(tiny_models, tmp_path):
     tokenizer = load_tokenizer(tiny_models["bert"])
-    _save(_classifier(tiny_models["bert"]), tokenizer, tmp_path / "run")
+    save(classifier(tiny_models["bert"]), tokenizer, tmp_path / "run")
     (tmp_path / "dest").mkdir()
     (tmp_path / "dest" / "keep.txt").write_text("x")
     with pytest.raises(UserError, match="already holds files"):
         export_model(tmp_path / "run", tmp_path / "dest")
+    with pytest.raises(
+        UserError, match="'sentence-transformers': a classification model exports as one of auto"
+    ):
+        export_model(tmp_path / "run", tmp_path / "st", fmt="sentence-transformers")
+    with pytest.raises(UserError, match="not a model saved by encoder-tasks"):
+        export_model(tmp_path / "dest", tmp_path / "x")
 
 
-def _tagger(path, crf):
-    from encoder_tasks.tasks.ner import TokenTagger
+def test_a_stock_model_that_differs_is_not_written(tiny_models, tmp_path, monkeypatch):
+    """The parity check is not vacuous: a stock head off by 0.1 in one bias is refused."""
+    task = type(TASKS["classification"])
+    convert = task.stock_model
 
-    torch.manual_seed(2)
-    model = TokenTagger(load_encoder(path), label_names=["O", "B-PER", "I-PER", "B-LOC", "I-LOC"], crf=crf)
-    torch.nn.init.normal_(model.classifier.weight, std=2.0)
-    if crf:
-        torch.nn.init.normal_(model.crf.transitions, std=2.0)
-    return model.eval()
+    def slightly_off(self, model):
+        stock = convert(self, model)
+        with torch.no_grad():
+            stock.classifier.bias[0] += 0.1
+        return stock
+
+    monkeypatch.setattr(task, "stock_model", slightly_off)
+    save(classifier(tiny_models["bert"]), load_tokenizer(tiny_models["bert"]), tmp_path / "run")
+    with pytest.raises(UserError, match="differ from the toolkit model's by .*not written"):
+        export_model(tmp_path / "run", tmp_path / "stock")
+    assert not (tmp_path / "stock").exists()
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 def test_token_classifier_pipeline_matches_toolkit_logits(tiny_models, tmp_path, family):
-    pytest.importorskip("encoder_tasks.tasks.ner")
     from transformers import pipeline
 
     path = tiny_models[family]
     tokenizer = load_tokenizer(path)
-    model = _tagger(path, crf=False)
-    _save(model, tokenizer, tmp_path / "run")
+    model = tagger(path, crf=False)
+    save(model, tokenizer, tmp_path / "run")
     export_model(tmp_path / "run", tmp_path / "stock")
     served = pipeline("token-classification", model=str(tmp_path / "stock"), ignore_labels=[], device=-1)(
         TEXTS[2]
@@ -136,74 +187,15 @@ def test_token_classifier_pipeline_matches_toolkit_logits(tiny_models, tmp_path,
         assert row["score"] == pytest.approx(float(want.max()), abs=1e-4)
 
 
-def test_crf_tagger_is_refused_for_stock_but_exports_to_onnx(tiny_models, tmp_path):
-    pytest.importorskip("encoder_tasks.tasks.ner")
-    pytest.importorskip("onnxruntime")
-    path = tiny_models["bert"]
-    tokenizer = load_tokenizer(path)
-    model = _tagger(path, crf=True)
-    _save(model, tokenizer, tmp_path / "run")
-    with pytest.raises(UserError, match="CRF.*--format onnx"):
-        export_model(tmp_path / "run", tmp_path / "stock")
-    info = export_model(tmp_path / "run", tmp_path / "onnx", fmt="onnx")
-    assert info["max_abs_diff"] < 1e-3
-    served = OnnxModel(tmp_path / "onnx")
-    out = served.outputs(TEXTS)
-    tags = served.decode_tags(out["logits"], out["attention_mask"])
-    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        logits = model(**batch).logits
-        paths, _ = model.crf.decode(logits, batch["attention_mask"].bool())
-    for row, path_row, mask in zip(tags, paths, batch["attention_mask"]):
-        assert row == [model.label_names[i] for i in path_row[: int(mask.sum())].tolist()]
-
-
-def test_viterbi_numpy_matches_brute_force():
-    import itertools
-
-    rng = np.random.default_rng(0)
-    emissions, transitions = rng.normal(size=(1, 4, 3)), rng.normal(size=(3, 3))
-    start, end = rng.normal(size=3), rng.normal(size=3)
-
-    def score(path):
-        total = start[path[0]] + end[path[-1]] + sum(emissions[0, t, k] for t, k in enumerate(path))
-        return total + sum(transitions[a, b] for a, b in zip(path, path[1:]))
-
-    best = max(itertools.product(range(3), repeat=4), key=score)
-    assert viterbi_numpy(emissions, np.ones((1, 4)), transitions, start, end) == [list(best)]
-
-
-@pytest.mark.parametrize("family", ["bert", "deberta-v2", "modernbert"])
-def test_onnx_classifier_matches_pytorch(tiny_models, tmp_path, family):
-    pytest.importorskip("onnxruntime")
-    path = tiny_models[family]
-    tokenizer = load_tokenizer(path)
-    model = _classifier(path, pooling="mean")  # any head exports to ONNX
-    _save(model, tokenizer, tmp_path / "run")
-    export_model(tmp_path / "run", tmp_path / "onnx", fmt="onnx")
-    served = OnnxModel(tmp_path / "onnx").outputs(TEXTS + ["a longer input than any of the others , by far"])
-    batch = tokenizer(
-        TEXTS + ["a longer input than any of the others , by far"], padding=True, return_tensors="pt"
-    )
-    with torch.no_grad():
-        want = model(**batch).logits.numpy()
-    np.testing.assert_allclose(served["logits"], want, atol=1e-4, rtol=1e-4)
-
-
 def test_qa_head_exports_to_stock_question_answering(tiny_models, tmp_path):
     """transformers 5 removed the question-answering pipeline: the stock model's logits are checked."""
-    pytest.importorskip("encoder_tasks.tasks.qa")
     from transformers import AutoModelForQuestionAnswering
-
-    from encoder_tasks.tasks.qa import ExtractiveQuestionAnswering
 
     path = tiny_models["bert"]
     tokenizer = load_tokenizer(path)
-    torch.manual_seed(3)
-    model = ExtractiveQuestionAnswering(load_encoder(path))
+    model = build("qa", path, 3)
     torch.nn.init.normal_(model.qa_outputs.weight, std=2.0)
-    model.eval()
-    _save(model, tokenizer, tmp_path / "run")
+    save(model, tokenizer, tmp_path / "run")
     export_model(tmp_path / "run", tmp_path / "stock")
     batch = tokenizer(
         ["who lives in paris ?", "what did the cat do ?"], TEXTS[:2], padding=True, return_tensors="pt"
@@ -217,33 +209,38 @@ def test_qa_head_exports_to_stock_question_answering(tiny_models, tmp_path):
 
 
 def test_embedding_exports_to_sentence_transformers(tiny_models, tmp_path):
-    embedding = pytest.importorskip("encoder_tasks.tasks.embedding")
-    st = pytest.importorskip("sentence_transformers")
     path = tiny_models["bert"]
     tokenizer = load_tokenizer(path)
-    model = embedding.build_model(load_encoder(path), {"pooling": "mean", "normalize": True})
-    model.eval()
-    _save(model, tokenizer, tmp_path / "run")
-    info = export_model(tmp_path / "run", tmp_path / "st")
-    assert info["format"] == "sentence-transformers"
+    model = build("embedding", path, 5, pooling="mean", normalize=True)
+    save(model, tokenizer, tmp_path / "run")
+    (tmp_path / "run" / "checkpoint-2").mkdir()  # run files stay behind
+    info = export_model(tmp_path / "run", tmp_path / "st")  # auto: the task's own layout
+    assert info["format"] == "sentence-transformers" and (info["pooling"], info["normalize"]) == (
+        "mean",
+        True,
+    )
+    exported = {p.name for p in (tmp_path / "st").iterdir()}
+    assert {"modules.json", "1_Pooling", "2_Normalize", "model.safetensors", EXPORT_INFO} <= exported
+    assert "checkpoint-2" not in exported
+    with pytest.raises(UserError, match="no stock transformers head"):
+        export_model(tmp_path / "run", tmp_path / "stock", fmt="transformers")
+    st = pytest.importorskip("sentence_transformers")
+    from encoder_tasks.tasks.embedding.model import encode_texts
+
     served = st.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS, convert_to_numpy=True)
-    ours = embedding.encode_texts(model, tokenizer, TEXTS)
-    np.testing.assert_allclose(served, np.asarray(ours), atol=1e-4)
+    np.testing.assert_allclose(served, np.asarray(encode_texts(model, tokenizer, TEXTS)), atol=1e-4)
 
 
 @pytest.mark.parametrize("family", STOCK_FAMILIES)
 def test_masked_lm_fill_mask_pipeline_matches_toolkit(tiny_models, tmp_path, family):
-    mlm = pytest.importorskip("encoder_tasks.tasks.mlm")
     from transformers import pipeline
 
     path = tiny_models[family]
     tokenizer = load_tokenizer(path)
-    torch.manual_seed(4)
-    model = mlm.MaskedLanguageModel(load_encoder(path))
+    model = build("mlm", path, 4)
     torch.nn.init.normal_(model.head.dense.weight, std=0.5)
     torch.nn.init.normal_(model.head.bias, std=1.0)
-    model.eval()
-    _save(model, tokenizer, tmp_path / "run")
+    save(model, tokenizer, tmp_path / "run")
     info = export_model(tmp_path / "run", tmp_path / "stock")
     assert info["architecture"].endswith("ForMaskedLM")
     text = f"the film was {tokenizer.mask_token} and fun"
@@ -257,61 +254,11 @@ def test_masked_lm_fill_mask_pipeline_matches_toolkit(tiny_models, tmp_path, fam
     assert [row["score"] for row in served] == pytest.approx(top.values.tolist(), abs=1e-4)
 
 
-def _head(task, path):
-    module = pytest.importorskip(f"encoder_tasks.tasks.{task}")
-    encoder = load_encoder(path)
-    if task == "qa":
-        return module.ExtractiveQuestionAnswering(encoder)
-    if task == "mlm":
-        return module.MaskedLanguageModel(encoder)
-    if task == "ner":
-        return module.TokenTagger(encoder, label_names=["O", "B-X", "I-X"])
-    return module.build_model(encoder, {"pooling": "mean", "normalize": True})
-
-
-@pytest.mark.parametrize("task", ["qa", "mlm", "embedding", "ner"])
-def test_onnx_every_head_matches_pytorch(tiny_models, tmp_path, task):
-    pytest.importorskip("onnxruntime")
-    path = tiny_models["roberta"]  # BPE, no token types
-    tokenizer = load_tokenizer(path)
-    torch.manual_seed(5)
-    model = _head(task, path).eval()
-    _save(model, tokenizer, tmp_path / "run")
-    export_model(tmp_path / "run", tmp_path / "onnx", fmt="onnx")
-    served = OnnxModel(tmp_path / "onnx")
-    pairs = TEXTS[::-1] if task == "qa" else None
-    got = served.outputs(TEXTS, pairs)
-    batch = tokenizer(TEXTS, pairs, padding=True, return_tensors="pt")
-    real = batch["attention_mask"].bool().numpy()
-    with torch.no_grad():
-        if task == "embedding":
-            want = {"embeddings": model.embed(**batch)}
-        else:
-            out = model(**batch)
-            want = {k: getattr(out, k) for k in served.output_names}
-    for name, value in want.items():
-        value = value.float().numpy()
-        mine = got[name]
-        if value.ndim >= 2 and value.shape[:2] == real.shape:  # per token: compare real positions
-            value, mine = value[real], mine[real]
-        np.testing.assert_allclose(mine, value, atol=1e-4, rtol=1e-4)
-
-
-def test_pair_cross_encoder_pipeline_on_text_pairs(tiny_models, tmp_path):
-    pair = pytest.importorskip("encoder_tasks.tasks.pair")
-    from transformers import pipeline
-
-    path = tiny_models["electra"]
-    tokenizer = load_tokenizer(path)
-    torch.manual_seed(6)
-    model = pair.PairClassifier(load_encoder(path), num_labels=2, pooling="cls")
-    torch.nn.init.normal_(model.classifier.weight, std=2.0)
-    model.metadata.update({"label_names": ["different", "paraphrase"], "problem_type": "single_label"})
-    _save(model.eval(), tokenizer, tmp_path / "run")
-    assert export_model(tmp_path / "run", tmp_path / "stock")["task"] == "pair"
-    pipe = pipeline("text-classification", model=str(tmp_path / "stock"), top_k=None, device=-1)
-    served = pipe([{"text": a, "text_pair": b} for a, b in zip(TEXTS, TEXTS[::-1])])
-    ours, _ = predict_texts(model, tokenizer, TEXTS, TEXTS[::-1], long_text="truncate", precision="fp32")
-    for got, want in zip(served, ours):
-        got = {row["label"]: row["score"] for row in got}
-        assert got == pytest.approx(want["probabilities"], abs=1e-4)
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [("qa", "BertForQuestionAnswering"), ("mlm", "BertForMaskedLM"), ("embedding", "sentence-transformers")],
+)
+def test_format1_models_export_to_their_default_layout(tmp_path, task, expected):
+    """Models saved before format 2 (``tests/assets/format1``) export as they did."""
+    info = export_model(FORMAT1 / task, tmp_path / "out")
+    assert expected in (info.get("architecture"), info["format"]) and info["task"] == task

@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from encoder_tasks.data import LINE_COLUMN, read_file  # noqa: E402
-from encoder_tasks.data.conll import read_conll  # noqa: E402
 from encoder_tasks.errors import UserError  # noqa: E402
+from encoder_tasks.tasks.ner.conll import read_conll  # noqa: E402
 
 FUZZ_EXAMPLES = int(os.environ.get("ENCODER_TASKS_FUZZ_EXAMPLES", "120"))
 TIME_LIMIT_S = 20  # per read; a hang fails the test instead of blocking the suite
@@ -221,7 +221,7 @@ def test_read_conll_random_bytes(content):
 
 # ---- SQuAD JSON (QA) ----------------------------------------------------------------------------
 def _squad_reader():
-    return importlib.import_module("encoder_tasks.data.squad").read_squad
+    return importlib.import_module("encoder_tasks.tasks.qa.reading").read_squad
 
 
 answer = st.fixed_dictionaries(
@@ -262,20 +262,22 @@ def test_read_squad_random_bytes(content, suffix):
     check_reader(_squad_reader(), suffix, content)
 
 
-# ---- raw text (MLM), when that reader is present --------------------------------------------------
+# ---- raw text (MLM) -------------------------------------------------------------------------------
+def _text_reader():
+    return importlib.import_module("encoder_tasks.tasks.mlm.text").read_split
+
+
 @FUZZ
 @given(
     content=st.one_of(st.binary(max_size=300), st.builds(_encode, st.text(max_size=200))), encoding=encodings
 )
 def test_read_text_corpus(content, encoding):
-    module = pytest.importorskip("encoder_tasks.data.text")
-    check_reader(module.read_split, ".txt", content, encoding=encoding)
+    check_reader(_text_reader(), ".txt", content, encoding=encoding)
 
 
 @FUZZ
 @given(data=st.one_of(squad, json_values), where=fractions, cut=st.booleans())
 def test_read_text_corpus_json(data, where, cut):
     """MLM reads JSON too (records with a text column, or SQuAD contexts as documents)."""
-    module = pytest.importorskip("encoder_tasks.data.text")
     text = json.dumps(data)
-    check_reader(module.read_split, ".json", _encode(_cut(text, where) if cut else text))
+    check_reader(_text_reader(), ".json", _encode(_cut(text, where) if cut else text))

@@ -4,7 +4,8 @@ import torch
 from encoder_tasks.backbone import load_encoder, load_tokenizer
 from encoder_tasks.errors import UserError
 from encoder_tasks.heads import EncoderWithHead, Pooler
-from encoder_tasks.tasks.classification import SequenceClassifier
+from encoder_tasks.tasks.classification.args import ClassificationSettings
+from encoder_tasks.tasks.classification.model import SequenceClassifier
 from encoder_tasks.testing import FAMILIES
 
 
@@ -34,7 +35,8 @@ def test_any_encoder_through_the_classification_head(tiny_models, tmp_path, fami
     model = SequenceClassifier(
         load_encoder(path), num_labels=num_labels, problem_type=problem_type, pooling="cls"
     )
-    model.metadata["label_names"] = ["a", "b", "c"][:num_labels]
+    names = ["a", "b", "c"][:num_labels]
+    model.settings = ClassificationSettings(problem_type=problem_type, label_names=names, pooling="cls")
     batch = tokenizer(
         ["the film was good", "bad"], ["a pair", "of texts here"], padding=True, return_tensors="pt"
     )
@@ -53,7 +55,7 @@ def test_any_encoder_through_the_classification_head(tiny_models, tmp_path, fami
     model.save_pretrained(tmp_path / "m")
     loaded = EncoderWithHead.from_pretrained(tmp_path / "m")
     assert isinstance(loaded, SequenceClassifier)
-    assert loaded.metadata["label_names"] == model.metadata["label_names"]
+    assert loaded.settings == model.settings and loaded.metadata["label_names"] == names
     torch.testing.assert_close(loaded(**batch).logits, expected)
 
 
@@ -120,9 +122,9 @@ def test_evaluation_runs_in_length_order_even_without_a_length_column(tiny_bert,
 def test_output_layers_stay_fp32_under_bf16_autocast(tiny_models):
     """bf16 logits come in steps of 2**-7 relative: regression scores would tie (Spearman
     counts ties) and QA span scores reorder. Every task's output layer runs in fp32."""
-    from encoder_tasks.tasks.classification import SequenceClassifier
-    from encoder_tasks.tasks.ner import TokenTagger
-    from encoder_tasks.tasks.qa import ExtractiveQuestionAnswering
+    from encoder_tasks.tasks.classification.model import SequenceClassifier
+    from encoder_tasks.tasks.ner.model import TokenTagger
+    from encoder_tasks.tasks.qa.model import ExtractiveQuestionAnswering
 
     torch.manual_seed(0)
     encoder = load_encoder(tiny_models["bert"])

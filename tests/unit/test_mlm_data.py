@@ -5,8 +5,8 @@ import json
 import datasets
 import pytest
 
-from encoder_tasks.data.text import make_blocks, read_split, read_text_file, special_frame
 from encoder_tasks.errors import UserError
+from encoder_tasks.tasks.mlm.text import make_blocks, read_split, read_text_file, special_frame
 from encoder_tasks.testing import make_tiny_tokenizer
 from tests.conftest import write
 
@@ -115,3 +115,30 @@ def test_squad_json_gives_its_contexts(tmp_path):
     }
     path = write(tmp_path / "qa.json", json.dumps(squad, ensure_ascii=False))
     assert read_split(path)["text"] == ["第一段。", "second one"]  # distinct, in order
+
+
+def test_prepare_saves_the_settings_it_used(tok):
+    from encoder_tasks.config import DataArguments
+    from encoder_tasks.data import Split
+    from encoder_tasks.tasks.mlm.args import MLMArguments, MLMSettings
+    from encoder_tasks.tasks.mlm.data import prepare
+
+    docs = datasets.Dataset.from_dict({"body": DOCS})
+    splits = {"train": Split("train", "docs.jsonl", docs)}
+    args = MLMArguments(
+        text_column="text|body", mask_rate=0.3, chinese_segmenter="none", whole_word_masking=True
+    )
+    prepared = prepare(splits, tok, args, DataArguments(max_length=16))
+    assert prepared.settings == MLMSettings(
+        max_length=16,
+        text_column="text|body",
+        mask_rate=0.3,
+        whole_word_masking=True,
+        chinese_segmenter="none",
+    )
+    assert len(prepared.train) > len(prepared.eval) > 0  # 5% of the documents held out
+    assert prepared.collator(8).mask_rate == 0.3 and prepared.collator(8).pad_to_multiple_of == 8
+    # evaluating a saved model: its settings are kept as they are (the flags were resolved from them)
+    saved = MLMSettings(max_length=16, base_model="some/model")
+    evaluated = prepare({"validation": splits["train"]}, tok, args, DataArguments(max_length=16), saved=saved)
+    assert evaluated.settings is saved and evaluated.train is None and len(evaluated.eval) > 0

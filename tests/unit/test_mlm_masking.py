@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from encoder_tasks.errors import UserError
-from encoder_tasks.masking import MaskingCollator, check_masking, word_start_flags
+from encoder_tasks.tasks.mlm.masking import MaskingCollator, check_masking, word_start_flags
 from encoder_tasks.testing import make_tiny_tokenizer
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -205,7 +205,7 @@ def test_chinese_words_from_segmenter_else_characters():
 
 def test_jieba_segmenter_when_installed():
     pytest.importorskip("jieba")
-    from encoder_tasks.masking import load_segmenter
+    from encoder_tasks.tasks.mlm.masking import load_segmenter
 
     segment = load_segmenter("auto")
     assert "".join(segment("我爱北京天安门")) == "我爱北京天安门"

@@ -1,6 +1,7 @@
 """The MLM head: masked-only vs full head, pretrained heads, saving, tokenizer training, presets."""
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -9,22 +10,25 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, EvalPre
 
 from encoder_tasks.backbone import load_encoder
 from encoder_tasks.heads import EncoderWithHead
-from encoder_tasks.masking import MaskingCollator
-from encoder_tasks.tasks.mlm import (
-    HeadWarmup,
-    MaskedLanguageModel,
-    build_model,
-    compute_metrics,
-    masked_predictions,
-)
+from encoder_tasks.tasks.mlm.args import MLMSettings
+from encoder_tasks.tasks.mlm.masking import MaskingCollator
+from encoder_tasks.tasks.mlm.metrics import compute_metrics, masked_predictions
+from encoder_tasks.tasks.mlm.model import MaskedLanguageModel
+from encoder_tasks.tasks.mlm.model import build_model as build_head
+from encoder_tasks.tasks.mlm.tokenizer import PRESETS, build_from_scratch, train_wordpiece
+from encoder_tasks.tasks.mlm.trainer import HeadWarmup
 from encoder_tasks.testing import FAMILIES, make_tiny_tokenizer
-from encoder_tasks.tokenizer_training import PRESETS, build_from_scratch, train_wordpiece
 
 TEXTS = [
     "the film was good and fun",
     "john smith lives in paris",
     "what did the cat do ? the cat sat on the mat",
 ]
+
+
+def build_model(encoder, settings):
+    """The head as a training run builds it (from the encoder's checkpoint)."""
+    return build_head(encoder, MLMSettings(**settings), training={})
 
 
 def batch_for(path, seed=0):
@@ -107,10 +111,11 @@ def test_save_reload_and_start_another_task(tmp_path, tiny_bert):
     model = build_model(load_encoder(tiny_bert), {}).eval()
     with torch.no_grad():
         model.head.bias.add_(0.5)
-    model.metadata = {"mask_rate": 0.15}
+    model.settings = model.settings.replace(mask_rate=0.3)
     model.save_pretrained(tmp_path)
     loaded = EncoderWithHead.from_pretrained(tmp_path)
     assert isinstance(loaded, MaskedLanguageModel)
+    assert loaded.settings == model.settings and loaded.settings.mask_rate == 0.3
     assert loaded.head.decoder.weight is loaded.encoder.get_input_embeddings().weight  # still tied
     batch = batch_for(tiny_bert)
     assert torch.allclose(model(**batch).logits, loaded(**batch).logits, atol=1e-6)
@@ -180,7 +185,95 @@ def test_from_scratch_copies_another_family(tmp_path, tiny_models):
 
 def test_unknown_preset(tmp_path):
     from encoder_tasks.errors import UserError
-    from encoder_tasks.tokenizer_training import preset_config
+    from encoder_tasks.tasks.mlm.tokenizer import preset_config
 
     with pytest.raises(UserError, match="unknown preset"):
         preset_config("bert-huge", make_tiny_tokenizer())
+
+
+def test_format1_model_still_loads(tmp_path, tiny_bert):
+    """A model saved before format 2 (flat metadata, the head in ``encoder_tasks.tasks.mlm``)."""
+    model = build_model(load_encoder(tiny_bert), {"masked_only_head": False}).eval()
+    model.save_pretrained(tmp_path)
+    (tmp_path / "encoder_tasks.json").write_text(
+        json.dumps(
+            {
+                "format_version": 1,
+                "task": "mlm",
+                "head_class": "encoder_tasks.tasks.mlm:MaskedLanguageModel",
+                "head_config": {"masked_only_head": False, "activation": "gelu"},
+                "text_column": "body",
+                "max_length": 64,
+                "line_by_line": True,
+                "mask_rate": 0.3,
+                "mask_replace_prob": 0.8,
+                "random_replace_prob": 0.1,
+                "whole_word_masking": True,
+                "chinese_segmenter": "none",
+                "eval_mask_seed": 7,
+                "base_model": tiny_bert,
+            }
+        )
+    )
+    loaded = EncoderWithHead.from_pretrained(tmp_path)
+    assert isinstance(loaded, MaskedLanguageModel) and loaded.masked_only_head is False
+    assert loaded.settings == MLMSettings(
+        max_length=64,
+        base_model=tiny_bert,
+        text_column="body",
+        line_by_line=True,
+        mask_rate=0.3,
+        whole_word_masking=True,
+        chinese_segmenter="none",
+        eval_mask_seed=7,
+        masked_only_head=False,
+        activation="gelu",
+    )
+    batch = batch_for(tiny_bert)
+    assert torch.allclose(model(**batch).logits, loaded(**batch).logits, atol=1e-6)
+
+
+def test_saved_model_head_comes_from_its_weights(tiny_bert):
+    """Rebuilding a saved model (no ``training``) does not look for a checkpoint head."""
+    model = build_head(load_encoder(tiny_bert), MLMSettings(activation="relu"))
+    assert model.head_source == "run" and model.settings.activation == "relu"
+
+
+def test_trainer_options_come_from_task_args(tmp_path, tiny_bert):
+    from transformers import TrainingArguments
+
+    from encoder_tasks.tasks.mlm.args import MLMArguments
+    from encoder_tasks.tasks.mlm.trainer import MLMTrainer
+
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+
+    def warmups(task_args):
+        model = build_model(load_encoder(tiny_bert), {})
+        trainer = MLMTrainer(model=model, args=args, task_args=task_args)
+        found = [c for c in trainer.callback_handler.callbacks if isinstance(c, HeadWarmup)]
+        return [c.steps for c in found], trainer.evaluate_before_training
+
+    assert warmups(MLMArguments(head_warmup_steps=3, evaluate_before_training=True)) == ([3], True)
+    assert warmups(MLMArguments(head_warmup_steps=3, from_scratch="bert-tiny")) == ([], False)
+    assert warmups(MLMArguments(head_warmup_steps=0)) == ([], False)
+    assert warmups(None) == ([], False)
+
+
+def test_fill_mask_matches_the_full_head_at_any_batch_size(tiny_bert):
+    from encoder_tasks.tasks.mlm.predict import fill_mask
+
+    torch.manual_seed(3)
+    model = build_model(load_encoder(tiny_bert), {}).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    texts = ["the [MASK] sat on the [MASK]", "no mask here", "john <mask> in paris and works"]
+    one = fill_mask(model, tok, texts, top_k=3, batch_size=1, precision="fp32")
+    assert one == fill_mask(model, tok, texts, top_k=3, batch_size=3, precision="fp32")
+    assert [len(f) for f in one] == [2, 0, 1]
+    batch = tok(texts[0].replace("[MASK]", tok.mask_token), return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits[0]
+    positions = (batch["input_ids"][0] == tok.mask_token_id).nonzero().flatten()
+    for fills, position in zip(one[0], positions):
+        top = logits[position].softmax(-1).topk(3)
+        assert [c["token"] for c in fills] == tok.convert_ids_to_tokens(top.indices.tolist())
+        assert [c["score"] for c in fills] == pytest.approx(top.values.tolist(), abs=1e-5)

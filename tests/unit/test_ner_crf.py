@@ -5,8 +5,8 @@ import itertools
 import pytest
 import torch
 
-from encoder_tasks.crf import FORBIDDEN, LinearChainCRF, constraint_scores, viterbi
-from encoder_tasks.tag_schemes import allowed_transitions
+from encoder_tasks.tasks.ner.crf import FORBIDDEN, LinearChainCRF, constraint_scores, viterbi
+from encoder_tasks.tasks.ner.schemes import allowed_transitions
 
 
 def brute_force(emissions, length, trans, start, end):

@@ -5,10 +5,13 @@ import random
 import numpy as np
 import pytest
 
-from encoder_tasks.data.conll import read_conll
 from encoder_tasks.data.loading import Split
 from encoder_tasks.errors import UserError
-from encoder_tasks.tag_schemes import (
+from encoder_tasks.tasks.ner.args import NerArguments, NerSettings
+from encoder_tasks.tasks.ner.conll import read_conll
+from encoder_tasks.tasks.ner.features import featurize, plan_windows, stitch
+from encoder_tasks.tasks.ner.reading import normalise_tags, read_sentences, read_split
+from encoder_tasks.tasks.ner.schemes import (
     InvalidTagSequence,
     check_scheme,
     detect_scheme,
@@ -16,9 +19,7 @@ from encoder_tasks.tag_schemes import (
     spans_from_iob2,
     to_iob2,
 )
-from encoder_tasks.tagging.features import featurize, plan_windows, stitch
-from encoder_tasks.tagging.text import join_words, missing_characters, split_words
-from encoder_tasks.tasks.ner import NerArguments, normalise_tags, read_sentences
+from encoder_tasks.tasks.ner.text import join_words, missing_characters, split_words
 from encoder_tasks.testing import make_tiny_model, make_tiny_tokenizer
 from tests.conftest import write
 
@@ -135,21 +136,19 @@ def test_conll_ragged_line_names_the_line(tmp_path):
 
 
 def test_token_tag_count_mismatch_names_the_line(tmp_path):
-    from encoder_tasks.tasks.ner import read_split
-
     path = write(
         tmp_path / "d.jsonl",
         '{"tokens": ["a", "b"], "tags": ["O", "O"]}\n{"tokens": ["a", "b"], "tags": ["O"]}\n',
     )
     split = Split("train", str(path), read_split(path))
     with pytest.raises(UserError, match=r"d.jsonl line 2: 2 tokens but 1 tags"):
-        read_sentences(split, NerArguments(), None)
+        read_sentences(split, "tokens|words", "tags|ner_tags|labels")
 
 
 def test_invalid_sequence_error_names_the_token_line(tmp_path):
     path = write(tmp_path / "d.conll", "John B-PER\n\nlives O\nParis I-LOC\n")
     split = Split("train", str(path), read_conll(path))
-    _, tags = read_sentences(split, NerArguments(), None)
+    _, tags = read_sentences(split, "tokens|words", "tags|ner_tags|labels")
     with pytest.raises(
         UserError, match=r"d.conll line 4: invalid IOB2 sequence: 'I-LOC' after 'O'.*--invalid_tags repair"
     ):
@@ -171,7 +170,7 @@ def test_token_prefix_and_classlabel_tags():
     ds = datasets.Dataset.from_dict(
         {"tokens": [["en:John", "en:Smith"]], "ner_tags": [[1, 2]], "_line": [None]}, features=features
     )
-    sentences, tags = read_sentences(Split("train", "hub", ds), NerArguments(), "en:")
+    sentences, tags = read_sentences(Split("train", "hub", ds), "tokens", "tags|ner_tags", "en:")
     assert sentences == [["John", "Smith"]] and tags == [["B-PER", "I-PER"]]
 
 
@@ -266,7 +265,8 @@ def test_split_words_offsets_point_into_the_text():
 
 def test_missing_cjk_characters_are_found_and_added():
     from encoder_tasks.backbone import load_encoder
-    from encoder_tasks.tasks.ner import build_model, extend_vocabulary
+    from encoder_tasks.tasks.ner.data import extend_vocabulary
+    from encoder_tasks.tasks.ner.model import build_model
 
     path = make_tiny_model("bert")
     from transformers import AutoTokenizer
@@ -279,6 +279,66 @@ def test_missing_cjk_characters_are_found_and_added():
     assert added == ["勇", "高"] and len(tok) == before + 2
     ids = tok(["高", "勇"], is_split_into_words=True, add_special_tokens=False)["input_ids"]
     assert tok.unk_token_id not in ids
-    model = build_model(load_encoder(path), {"label_names": ["O", "B-X", "I-X"], "vocab_size": len(tok)})
+    model = build_model(
+        load_encoder(path), NerSettings(label_names=["O", "B-X", "I-X"]), {"vocab_size": len(tok)}
+    )
     assert model.encoder.get_input_embeddings().num_embeddings == len(tok)
     assert model.encoder.config.vocab_size == len(tok)
+
+
+# ---- prepare: settings learnt in training, taken from the model in evaluation ----------------
+def _split(name, rows):
+    import datasets
+
+    tokens, tags = zip(*rows)
+    return Split(
+        name, f"{name}.jsonl", datasets.Dataset.from_dict({"tokens": list(tokens), "tags": list(tags)})
+    )
+
+
+def test_prepare_learns_settings_then_evaluates_with_the_saved_ones():
+    from types import SimpleNamespace
+
+    from encoder_tasks.tasks.ner.data import prepare
+
+    train = _split("train", [(["john", "smith"], ["B-PER", "E-PER"]), (["paris"], ["S-LOC"])])
+    tok = make_tiny_tokenizer()
+    args = NerArguments(window_stride=3, crf=True)
+    prepared = prepare({"train": train, "validation": train}, tok, args, SimpleNamespace(max_length=16))
+    settings = prepared.settings
+    assert settings.tag_scheme == "bioes" and settings.label_names == [
+        "O",
+        "B-LOC",
+        "I-LOC",
+        "B-PER",
+        "I-PER",
+    ]
+    assert (settings.max_length, settings.window_stride, settings.crf) == (16, 3, True)
+    assert settings.entity_types == ["LOC", "PER"] and prepared.training_head["vocab_size"] == len(tok)
+    assert prepared.compute_metrics.settings is settings and len(prepared.eval) == 2
+    # Evaluation (arguments resolved against the model): labels and scheme are the model's,
+    # an unknown tag is scored as a miss, --decoding chooses the decoder.
+    dev = _split("validation", [(["acme"], ["S-ORG"]), (["john"], ["S-PER"])])
+    evaluated = prepare(
+        {"validation": dev},
+        tok,
+        NerArguments(decoding="argmax"),
+        SimpleNamespace(max_length=16),
+        saved=settings,
+    )
+    assert evaluated.train is None and evaluated.settings.label_names == settings.label_names
+    assert evaluated.settings.decoding == "argmax" and evaluated.compute_metrics.references == [
+        ["B-ORG"],
+        ["B-PER"],
+    ]
+    assert evaluated.eval[0]["labels"] == [-100]
+
+
+def test_prepare_with_a_single_tag_is_a_user_error():
+    from types import SimpleNamespace
+
+    from encoder_tasks.tasks.ner.data import prepare
+
+    train = _split("train", [(["a", "b"], ["O", "O"])])
+    with pytest.raises(UserError, match=r"train.jsonl: only the tag\(s\) \['O'\] occur"):
+        prepare({"train": train}, make_tiny_tokenizer(), NerArguments(), SimpleNamespace(max_length=16))

@@ -22,13 +22,13 @@ from encoder_tasks import padding_free as pf
 from encoder_tasks.backbone import load_encoder
 from encoder_tasks.collators import PaddingCollator
 from encoder_tasks.errors import UserError
-from encoder_tasks.masking import MaskingCollator
-from encoder_tasks.tagging.features import TaggingCollator, featurize
-from encoder_tasks.tasks.classification import SequenceClassifier
-from encoder_tasks.tasks.embedding import BiEncoder
-from encoder_tasks.tasks.mlm import MaskedLanguageModel
-from encoder_tasks.tasks.ner import TokenTagger
-from encoder_tasks.tasks.qa import ExtractiveQuestionAnswering
+from encoder_tasks.tasks.classification.model import SequenceClassifier
+from encoder_tasks.tasks.embedding.model import BiEncoder
+from encoder_tasks.tasks.mlm.masking import MaskingCollator
+from encoder_tasks.tasks.mlm.model import MaskedLanguageModel
+from encoder_tasks.tasks.ner.features import TaggingCollator, featurize
+from encoder_tasks.tasks.ner.model import TokenTagger
+from encoder_tasks.tasks.qa.model import ExtractiveQuestionAnswering
 from encoder_tasks.testing import CORPUS
 from encoder_tasks.training_args import EncoderTrainingArguments
 from tests.conftest import write

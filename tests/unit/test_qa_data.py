@@ -5,8 +5,8 @@ import json
 import datasets
 import pytest
 
-from encoder_tasks.data.squad import check_answers, read_squad, split_by_article
 from encoder_tasks.errors import UserError
+from encoder_tasks.tasks.qa.reading import check_answers, read_squad, split_by_article
 from tests.conftest import write
 
 V2 = {
@@ -64,7 +64,7 @@ def test_folder_of_squad_files_reads_as_one(tmp_path):
     "answers", [{"text": ["cd"], "answer_start": [3]}, [{"text": "cd", "answer_start": 3}]]
 )
 def test_flat_jsonl_with_either_answer_layout(tmp_path, answers):
-    from encoder_tasks.data.squad import normalize_answers
+    from encoder_tasks.tasks.qa.reading import normalize_answers
 
     row = {"id": "1", "question": "q?", "context": "ab cd", "answers": answers}
     ds = read_squad(write(tmp_path / "flat.jsonl", json.dumps(row) + "\n"))
@@ -117,12 +117,13 @@ CONTEXTS = ["the cat and the cat"] * 5
 IDS = ["ok", "moved", "second", "absent", "none"]
 
 
-def test_check_answers_fix_reports_and_relocates(capsys):
-    spans, report = check_answers(ANSWERS, CONTEXTS, IDS, "f.json", "fix")
+def test_check_answers_fix_reports_and_relocates(caplog):
+    with caplog.at_level("WARNING", logger="encoder_tasks"):
+        spans, report = check_answers(ANSWERS, CONTEXTS, IDS, "f.json", "fix")
     assert spans == [(4, 7), (16, 19), (4, 7), None, None]
     assert report.relocated == ["moved"] and report.absent == ["second", "absent"]
     assert report.unusable_questions == ["absent"] and report.answers == 5
-    out = capsys.readouterr().out
+    (out,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]  # reported once
     assert "f.json: 3 of 5 answers do not match the context at answer_start" in out
     assert "(ids moved)" in out and "(ids second, absent)" in out
 

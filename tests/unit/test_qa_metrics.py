@@ -2,7 +2,7 @@
 
 import pytest
 
-from encoder_tasks import squad_metrics as sm
+from encoder_tasks.tasks.qa import evaluation as sm
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,14 @@ import numpy as np
 import pytest
 from transformers import EvalPrediction
 
-from encoder_tasks import qa_spans
 from encoder_tasks.backbone import load_tokenizer
 from encoder_tasks.config import DataArguments
 from encoder_tasks.data import Split
 from encoder_tasks.errors import UserError
-from encoder_tasks.tasks import qa
+from encoder_tasks.tasks.qa import QAArguments, QATask
+from encoder_tasks.tasks.qa import scoring as qa_scoring
+from encoder_tasks.tasks.qa import windows as qa_windows
+from encoder_tasks.tasks.qa.trainer import QATrainer
 from encoder_tasks.testing import WORDS
 
 PLAIN = [w for w in WORDS if w.isalpha() and not w.startswith("#")]
@@ -39,11 +41,11 @@ def test_answers_round_trip_through_windows(tiny_models, family, position):
         questions.append(random_text(rng, 4) + " ?")
         contexts.append(context)
         spans.append((start, start + len(answer)))
-    windows = qa_spans.make_windows(
+    windows = qa_windows.make_windows(
         tok, questions, contexts, max_length=32, doc_stride=8, context_position=position
     )
     assert len(windows) > len(contexts)  # long contexts were cut into several windows
-    starts, ends = qa_spans.label_windows(windows, spans)
+    starts, ends = qa_windows.label_windows(windows, spans)
     found = set()
     for i, example in enumerate(windows.example_index):
         offsets = windows.offsets[i]
@@ -64,7 +66,7 @@ def test_answers_round_trip_through_windows(tiny_models, family, position):
 def test_windows_cover_the_context_and_overlap_by_the_stride(tiny_bert):
     tok = load_tokenizer(tiny_bert)
     context = random_text(random.Random(1), 80)
-    windows = qa_spans.make_windows(tok, ["who ?"], [context], max_length=30, doc_stride=6)
+    windows = qa_windows.make_windows(tok, ["who ?"], [context], max_length=30, doc_stride=6)
     token_spans = [[o for o in offsets if o is not None] for offsets in windows.offsets]
     everything = tok(context, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
     covered = sorted({tuple(o) for spans in token_spans for o in spans})
@@ -75,21 +77,21 @@ def test_windows_cover_the_context_and_overlap_by_the_stride(tiny_bert):
 
 def test_unknown_or_missing_answers_get_the_null_position(tiny_bert):
     tok = load_tokenizer(tiny_bert)
-    windows = qa_spans.make_windows(
+    windows = qa_windows.make_windows(
         tok, ["who ?"], ["john smith lives in paris"], max_length=32, doc_stride=4
     )
-    assert qa_spans.label_windows(windows, [None]) == ([0], [0])
+    assert qa_windows.label_windows(windows, [None]) == ([0], [0])
 
 
 def test_long_questions_are_cut_and_a_too_large_stride_is_reported(tiny_bert):
     tok = load_tokenizer(tiny_bert)
     long_q = " ".join(["what"] * 50)
-    windows = qa_spans.make_windows(
+    windows = qa_windows.make_windows(
         tok, [long_q], ["the cat sat"], max_length=40, doc_stride=4, max_question_length=8
     )
     assert windows.encodings["input_ids"][0].count(tok.convert_tokens_to_ids("what")) == 8
     with pytest.raises(UserError, match="must exceed doc_stride=30"):
-        qa_spans.make_windows(tok, ["who ?"], ["the cat"], max_length=32, doc_stride=30)
+        qa_windows.make_windows(tok, ["who ?"], ["the cat"], max_length=32, doc_stride=30)
 
 
 def brute_force(start, end, offsets, max_len):
@@ -110,10 +112,10 @@ def test_best_spans_equal_brute_force(seed):
     start, end = rng.normal(size=n), rng.normal(size=n)
     max_len = int(rng.integers(1, 8))
     expected = brute_force(start, end, offsets, max_len)
-    got = qa_spans.best_spans(start, end, offsets, max_len, n_best=len(expected) + 5)
+    got = qa_scoring.best_spans(start, end, offsets, max_len, n_best=len(expected) + 5)
     assert [(s, e) for _, s, e in got] == [(s, e) for _, s, e in expected]
     assert np.allclose([g[0] for g in got], [x[0] for x in expected])
-    top = qa_spans.best_spans(start, end, offsets, max_len, n_best=3)
+    top = qa_scoring.best_spans(start, end, offsets, max_len, n_best=3)
     assert [(s, e) for _, s, e in top] == [(s, e) for _, s, e in expected[:3]]
 
 
@@ -123,23 +125,25 @@ def test_best_span_is_found_where_top_n_starts_and_ends_miss_it():
     offsets = [None, (0, 1), (2, 3), (4, 5), (6, 7)]
     start = np.array([0.0, 1.0, 0.0, 0.0, 9.0])
     end = np.array([0.0, 0.0, 8.0, 0.0, 0.5])
-    assert qa_spans.best_spans(start, end, offsets, 30, n_best=1) == [(9.5, 4, 4)]
-    assert qa_spans.best_spans(start, end, offsets, 1, n_best=1) == [(9.5, 4, 4)]
-    assert qa_spans.best_spans(start, end, offsets, 30, n_best=2)[1] == (9.0, 1, 2)
+    assert qa_scoring.best_spans(start, end, offsets, 30, n_best=1) == [(9.5, 4, 4)]
+    assert qa_scoring.best_spans(start, end, offsets, 1, n_best=1) == [(9.5, 4, 4)]
+    assert qa_scoring.best_spans(start, end, offsets, 30, n_best=2)[1] == (9.0, 1, 2)
 
 
 def test_postprocess_across_windows_and_no_answer():
     context = "aa bb cc dd ee"
     w1 = (np.array([5.0, 0, 1, 0]), np.array([5.0, 0, 0, 1]), [None, (0, 2), (3, 5), (6, 8)], 0)
     w2 = (np.array([1.0, 0, 3, 0]), np.array([1.0, 0, 0, 4]), [None, (6, 8), (9, 11), (12, 14)], 0)
-    v1 = qa_spans.postprocess_example(context, [w1, w2], max_answer_length=30, n_best=5)
+    v1 = qa_scoring.postprocess_example(context, [w1, w2], max_answer_length=30, n_best=5)
     # best: start 'dd' (3) + end 'ee' (4) in the second window
     assert (v1["answer"], v1["start"], v1["end"], v1["score"]) == ("dd ee", 9, 14, 7.0)
     assert v1["n_best"][0]["text"] == "dd ee" and "null_score_diff" not in v1
     # v2: null score is the smallest over windows (2.0), best span 7.0 -> diff -5
-    v2 = qa_spans.postprocess_example(context, [w1, w2], version_2_with_negative=True, null_threshold=0.0)
+    v2 = qa_scoring.postprocess_example(context, [w1, w2], version_2_with_negative=True, null_threshold=0.0)
     assert v2["answer"] == "dd ee" and v2["null_score_diff"] == pytest.approx(-5.0)
-    none = qa_spans.postprocess_example(context, [w1, w2], version_2_with_negative=True, null_threshold=-6.0)
+    none = qa_scoring.postprocess_example(
+        context, [w1, w2], version_2_with_negative=True, null_threshold=-6.0
+    )
     assert none["no_answer"] and none["answer"] == "" and none["best_span"] == "dd ee"
     # the same characters reached from two windows are one candidate
     spans = [(c["start"], c["end"]) for c in v1["n_best"]]
@@ -162,7 +166,7 @@ def make_eval(tokenizer, n=6):
         rows["answers"].append({"text": [words[a]], "answer_start": [start]})
     data = DataArguments(max_length=24)
     split = Split("validation", "dev.json", datasets.Dataset.from_dict(rows))
-    return qa.prepare({"validation": split}, tokenizer, qa.QAArguments(doc_stride=4), data)
+    return QATask().prepare({"validation": split}, tokenizer, QAArguments(doc_stride=4), data)
 
 
 def oracle_logits(prepared):
@@ -213,8 +217,7 @@ def test_trainer_length_sorted_evaluation_matches_sequential(tiny_bert, tmp_path
     tok = load_tokenizer(tiny_bert)
     prepared = make_eval(tok)
     torch.manual_seed(0)
-    model = qa.build_model(load_encoder(tiny_bert), {})
-    model.metadata.update(prepared.metadata)
+    model = QATask().build_model(load_encoder(tiny_bert), prepared.settings)
     args = EncoderTrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=3, report_to="none")
 
     def run(trainer_cls):
@@ -225,14 +228,16 @@ def test_trainer_length_sorted_evaluation_matches_sequential(tiny_bert, tmp_path
             data_collator=prepared.collator(None),
             processing_class=tok,
             compute_metrics=prepared.compute_metrics,
+            task_settings=prepared.settings,
+            task_args=QAArguments(doc_stride=4),
         )
         return trainer, trainer.evaluate()
 
-    class Sequential(qa.QATrainer):
+    class Sequential(QATrainer):
         def _get_eval_sampler(self, eval_dataset):
             return SequentialSampler(eval_dataset)
 
-    trainer, sorted_metrics = run(qa.QATrainer)
+    trainer, sorted_metrics = run(QATrainer)
     kept = trainer._remove_unused_columns(prepared.eval)
     order = list(trainer._get_eval_sampler(kept))
     assert order != sorted(order)  # the evaluation really ran in another order

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from transformers import EvalPrediction
 
-from encoder_tasks.model_card import render_model_card, reproduce_command
-from encoder_tasks.plots import plot_predictions, plot_run
-from encoder_tasks.tracking import PredictionRecorder, progress, read_log
+from encoder_tasks.reporting.model_card import render_model_card, reproduce_command
+from encoder_tasks.reporting.plots import plot_predictions, plot_run
+from encoder_tasks.reporting.tracking import PredictionRecorder, progress, read_log
 
 PER_TYPE = {
     "LOC": {"precision": 0.5, "recall": 0.25, "f1": 0.333, "support": 4},

@@ -1,0 +1,59 @@
+"""One voice for the toolkit: every module logs to a child of the ``encoder_tasks`` logger, and
+the command line shows those records with one prefix, progress on stdout and warnings on stderr.
+
+Example:
+    >>> import logging
+    >>> configure_logging()
+    >>> logging.getLogger("encoder_tasks.example").info("wrote %d predictions", 3)
+    [encoder-tasks] wrote 3 predictions
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+PREFIX = "[encoder-tasks]"
+_MARK = "_encoder_tasks_handler"
+
+
+class _BelowWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.WARNING
+
+
+class _CurrentStream(logging.StreamHandler):
+    """Writes to whatever ``sys.stdout``/``sys.stderr`` is when a record arrives (so output
+    redirected after set-up, as pytest's capture does, still gets it)."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self._name = name
+
+    @property
+    def stream(self):
+        return getattr(sys, self._name)
+
+    @stream.setter
+    def stream(self, value):  # StreamHandler.__init__ assigns it; the property wins
+        pass
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Show the toolkit's records: INFO and below on stdout, warnings and errors on stderr.
+
+    Idempotent; third-party loggers (transformers, datasets) keep their own settings.
+    """
+    logger = logging.getLogger("encoder_tasks")
+    for handler in [h for h in logger.handlers if getattr(h, _MARK, False)]:
+        logger.removeHandler(handler)
+    progress = _CurrentStream("stdout")
+    progress.addFilter(_BelowWarning())
+    progress.setFormatter(logging.Formatter(f"{PREFIX} %(message)s"))
+    problems = _CurrentStream("stderr")
+    problems.setLevel(logging.WARNING)
+    problems.setFormatter(logging.Formatter(f"{PREFIX} %(levelname)s: %(message)s"))
+    for handler in (progress, problems):
+        setattr(handler, _MARK, True)
+        logger.addHandler(handler)
+    logger.setLevel(level)

@@ -1,1 +1,0 @@
-"""Token tagging building blocks: alignment and windows, decoding, metrics, raw text."""

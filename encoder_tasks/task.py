@@ -1,0 +1,223 @@
+"""The Task contract: every hook a task provides, each with its default.
+
+A task is one package under ``encoder_tasks/tasks/`` that defines a subclass of :class:`Task`
+and one instance of it, listed in :data:`encoder_tasks.registry.TASKS`. The shared code
+(``run.py``, ``cli.py``, ``hpo.py``, ``predict.py``, ``export/``) calls only the hooks below; it
+never probes a task for optional names and never imports a task's internals.
+
+One run, hook by hook (``docs/architecture.md`` draws the same flow)::
+
+    train:    prepare_model -> read_split (per file) -> derive_splits -> prepare -> build_model
+              -> trainer_class(...).train() -> after_training -> save (settings in encoder_tasks.json)
+    evaluate: load model + settings -> settings.resolve (flag > saved > default) -> read_split
+              -> derive_splits -> prepare(saved=settings) -> trainer_class(...).evaluate()
+    predict:  predict(args)  (built on encoder_tasks.predict: load, device, precision, read, write)
+    export:   stock_model(model) for the transformers layout; extra_layouts() for others
+
+Every task package repeats the same file set: ``args.py`` (the user's settings and the saved
+settings), ``model.py`` (the head), ``data.py`` (reading and tokenising), ``metrics.py``,
+``predict.py``, plus files only that task needs; ``__init__.py`` holds the Task subclass, whose
+hooks import the heavy modules when called so ``encoder-tasks --help`` starts without torch.
+
+Example:
+    >>> from encoder_tasks.registry import TASKS
+    >>> task = TASKS["classification"]
+    >>> isinstance(task, Task), task.name
+    (True, 'classification')
+    >>> task.Settings(label_names=["neg", "pos"], max_length=128).to_dict()["label_names"]
+    ['neg', 'pos']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from .errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .data import Split
+    from .heads import EncoderWithHead
+
+#: Version of the ``encoder_tasks.json`` schema written by this code. Version 1 (a flat dict of
+#: metadata plus ``head_config``) still loads: see :meth:`TaskSettings.from_format1`.
+SETTINGS_FORMAT = 2
+
+#: Keys of ``encoder_tasks.json`` that describe the file, not the task's settings.
+FILE_KEYS = ("format_version", "task", "head_class", "head_config", "settings")
+
+
+class MetricsFunction(Protocol):
+    """What every task's ``compute_metrics`` is: the Trainer's ``EvalPrediction`` in, flat
+    ``{name: number}`` out (the Trainer prefixes ``eval_``)."""
+
+    def __call__(self, eval_pred: Any) -> dict[str, float]: ...
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """The settings saved with a model: the typed schema of ``encoder_tasks.json``.
+
+    Each task subclasses it with its own fields (label names, columns, window sizes, head
+    settings). A field that mirrors a command-line flag has the flag's name, so
+    :func:`encoder_tasks.settings.resolve` can fill every flag the user left unset from the
+    saved model. Instances are frozen: a change (a tuned threshold) makes a new one with
+    :meth:`replace`.
+
+    Example:
+        >>> s = TaskSettings(max_length=128).replace(base_model="bert-base-uncased")
+        >>> TaskSettings.from_dict(s.to_dict()) == s
+        True
+    """
+
+    max_length: int | None = None
+    #: The encoder the run started from (a Hub id or a path).
+    base_model: str | None = None
+    #: LoRA adapters stored apart from the encoder (a checkpoint of a ``--lora_r`` run).
+    lora: dict | None = None
+    #: After training the adapters are merged in; this records how.
+    lora_merged: str | None = None
+    #: Keys this version does not know (a newer writer): kept, so re-saving loses nothing.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (``extra`` flattened back in)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {**dict(self.extra), **data}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskSettings:
+        """Build from a saved dict; unknown keys go to :attr:`extra`."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in data.items() if k in names}
+        extra = {k: v for k, v in data.items() if k not in names and k not in FILE_KEYS}
+        return cls(**known, extra=extra)
+
+    @classmethod
+    def from_format1(cls, metadata: Mapping[str, Any]) -> TaskSettings:
+        """Read a format-1 file: flat metadata plus the head's constructor arguments.
+
+        A task whose head arguments were named differently from its settings overrides this.
+        """
+        return cls.from_dict({**dict(metadata.get("head_config") or {}), **dict(metadata)})
+
+    def replace(self, **changes: Any) -> TaskSettings:
+        return dataclasses.replace(self, **changes)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A setting by name, whether a field or an unknown key kept in :attr:`extra`."""
+        if name in {f.name for f in dataclasses.fields(self)} - {"extra"}:
+            return getattr(self, name)
+        return self.extra.get(name, default)
+
+
+@dataclass
+class Prepared:
+    """What :meth:`Task.prepare` hands to the shared loop (one type for every task)."""
+
+    train: Any  # datasets.Dataset, or None when evaluating
+    eval: Any  # datasets.Dataset, or None without evaluation data
+    settings: TaskSettings
+    #: ``pad_to_multiple_of -> collator``: the loop knows the padding multiple, the task the collator.
+    collator: Callable[[int | None], Callable]
+    compute_metrics: MetricsFunction | None = None
+    #: Head inputs that matter for training only and are not saved (class weights).
+    training_head: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Task:
+    """Base class of every task; override what differs. Hooks without a default raise.
+
+    Class attributes (data, so ``grep`` finds them):
+
+    - ``name``, ``summary``: the CLI's task name and one-line help;
+    - ``Arguments``: dataclass of the task's flags for train/evaluate/search (recipe keys);
+    - ``PredictArguments``: dataclass of ``predict``'s flags (a subclass of
+      :class:`encoder_tasks.config.PredictArguments`);
+    - ``Settings``: the :class:`TaskSettings` subclass saved with the model;
+    - ``objectives``: the evaluation metrics ``search`` optimises, most specific first;
+    - ``onnx_outputs``: the ONNX graph's outputs, each with its dynamic axes.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    Arguments: ClassVar[type] = object
+    PredictArguments: ClassVar[type] = object
+    Settings: ClassVar[type[TaskSettings]] = TaskSettings
+    objectives: ClassVar[tuple[str, ...]] = ("eval_loss",)
+    onnx_outputs: ClassVar[Mapping[str, tuple[str, ...]]] = {"logits": ("batch", "sequence")}
+
+    def __repr__(self) -> str:
+        return f"<task {self.name}>"
+
+    # ---- data ------------------------------------------------------------------------------
+    def read_split(self, path, delimiter="auto", column_names=None, encoding="utf-8", split=None):
+        """Read one local file into a ``datasets.Dataset``; a task with formats of its own
+        (CoNLL, SQuAD JSON, plain text) overrides it."""
+        from .data import read_file
+
+        return read_file(path, delimiter, column_names, encoding, split=split)
+
+    def derive_splits(self, splits: dict[str, Split], task_args) -> dict[str, Split]:
+        """Derive splits from the loaded ones, before any subsetting (QA holds out articles)."""
+        return splits
+
+    def prepare(
+        self, splits: dict[str, Split], tokenizer, task_args, data_args, saved: TaskSettings | None = None
+    ) -> Prepared:
+        """Validate and tokenise ``splits``; ``saved`` (a saved model's settings) fixes the labels."""
+        raise NotImplementedError(f"task {self.name!r} does not implement prepare")
+
+    # ---- model -----------------------------------------------------------------------------
+    def prepare_model(self, model_args, data_args, task_args, training_args) -> None:
+        """Make the model the run starts from, if the task makes one (MLM ``--from_scratch``)."""
+
+    def build_model(
+        self, encoder, settings: TaskSettings, training: Mapping[str, Any] | None = None
+    ) -> EncoderWithHead:
+        """The head on ``encoder``, built from the saved settings (``training``: class weights...)."""
+        raise NotImplementedError(f"task {self.name!r} does not implement build_model")
+
+    def load_settings(self, metadata: Mapping[str, Any]) -> TaskSettings:
+        """The typed settings from an ``encoder_tasks.json`` of any format version."""
+        version = metadata.get("format_version", 1)
+        if version == 1:
+            return self.Settings.from_format1(metadata)
+        if version == SETTINGS_FORMAT:
+            return self.Settings.from_dict(metadata.get("settings") or {})
+        raise UserError(
+            f"encoder_tasks.json format {version!r} is newer than this version of encoder-tasks "
+            f"reads (up to {SETTINGS_FORMAT}); upgrade encoder-tasks"
+        )
+
+    # ---- training --------------------------------------------------------------------------
+    def trainer_class(self) -> type:
+        """The :class:`~encoder_tasks.trainer.EncoderTaskTrainer` subclass the task trains with."""
+        from .trainer import EncoderTaskTrainer
+
+        return EncoderTaskTrainer
+
+    def after_training(self, trainer, prepared: Prepared, task_args) -> dict[str, Any]:
+        """Runs once training ends, before the final evaluation; may replace
+        ``prepared.settings`` (tuned thresholds) and returns figures to report."""
+        return {}
+
+    # ---- use -------------------------------------------------------------------------------
+    def predict(self, args) -> dict[str, Any]:
+        """``encoder-tasks <task> predict``: a saved model over ``args.input_file``, JSON lines out."""
+        raise NotImplementedError(f"task {self.name!r} does not implement predict")
+
+    def extra_actions(self) -> dict[str, tuple[type, Callable[[Any], Any]]]:
+        """Actions of the task's own, ``{"encode": (ArgumentsClass, function)}``; the shared
+        actions (train, evaluate, predict, search) always win."""
+        return {}
+
+    def stock_model(self, model: EncoderWithHead):
+        """The stock transformers model with the same weights (``export --format transformers``)."""
+        raise UserError(f"{self.name}: no stock transformers layout for this task")
+
+    def extra_layouts(self) -> dict[str, Callable[..., dict]]:
+        """Export layouts of the task's own, ``{"sentence-transformers": export(run_dir, dest)}``."""
+        return {}

@@ -1,0 +1,147 @@
+"""The classification task's settings: its flags (train, evaluate, predict) and what a model saves.
+
+Light on purpose (dataclasses only): the CLI builds ``--help`` from these without torch.
+
+Example:
+    >>> ClassificationArguments(problem_type="multi_label", label_separator="|").tune_thresholds
+    True
+    >>> saved = ClassificationSettings(problem_type="regression", label_names=["score"], max_length=128)
+    >>> ClassificationSettings.from_dict(saved.to_dict()) == saved
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...config import PredictArguments
+from ...errors import UserError
+from ...task import TaskSettings
+
+PROBLEM_TYPES = ("auto", "single_label", "multi_label", "regression")
+LONG_TEXT = ("window", "truncate")
+
+
+@dataclass
+class ClassificationArguments:
+    """Settings of the classification task (recipe keys and CLI flags)."""
+
+    text_column: str = field(
+        default="text",
+        metadata={
+            "help": "Column with the text. Several names separated by '|' are tried in order per file."
+        },
+    )
+    text_pair_column: str | None = field(
+        default=None,
+        metadata={"help": "Optional second text column (sentence pairs); '|' alternatives allowed."},
+    )
+    label_column: str = field(default="label", metadata={"help": "Column with the label (or score)."})
+    problem_type: str = field(
+        default="auto",
+        metadata={
+            "help": "single_label, multi_label (sigmoid, per-label thresholds), regression, or auto "
+            "(lists -> multi_label, non-integer numbers -> regression, else single_label)."
+        },
+    )
+    label_separator: str | None = field(
+        default=None,
+        metadata={"help": "Multi-label given as one string, e.g. 'sports|politics': the separator."},
+    )
+    pooling: str = field(default="mean", metadata={"help": "Sequence pooling: mean (default), cls or max."})
+    classifier_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout before the classifier (default: the encoder's own)."}
+    )
+    class_weights: str | None = field(
+        default=None,
+        metadata={
+            "help": "Loss weights for imbalanced data: 'balanced' or comma-separated weights in label order."
+        },
+    )
+    long_text: str = field(
+        default="window",
+        metadata={
+            "help": "At prediction, texts over max_length: window (overlapping windows, logits averaged) or "
+            "truncate (cut, counted in a warning)."
+        },
+    )
+    window_stride: int = field(default=64, metadata={"help": "Tokens shared by neighbouring windows."})
+    tune_thresholds: bool = field(
+        default=True, metadata={"help": "Multi-label: tune each label's threshold on the validation set."}
+    )
+
+    def __post_init__(self):
+        if self.problem_type not in PROBLEM_TYPES:
+            raise UserError(
+                f"--problem_type must be one of {', '.join(PROBLEM_TYPES)}, found {self.problem_type!r}"
+            )
+        check_long_text(self.long_text)
+
+
+def check_long_text(value: str) -> None:
+    if value not in LONG_TEXT:
+        raise UserError(f"--long_text must be window or truncate, found {value!r}")
+
+
+@dataclass
+class ClassificationPredictArguments(PredictArguments):
+    """Prediction settings for classification; unset columns and ``max_length`` take the values
+    the model was trained with (:func:`encoder_tasks.settings.resolve`)."""
+
+    text_column: str | None = field(default=None, metadata={"help": "Text column (default: as in training)."})
+    text_pair_column: str | None = field(
+        default=None, metadata={"help": "Second text column, for pair models (default: as in training)."}
+    )
+    long_text: str = field(
+        default="window",
+        metadata={"help": "window (average overlapping windows) or truncate (cut, with a count)."},
+    )
+    window_stride: int = field(default=64, metadata={"help": "Tokens shared by neighbouring windows."})
+
+    def __post_init__(self):
+        check_long_text(self.long_text)
+
+
+@dataclass(frozen=True)
+class ClassificationSettings(TaskSettings):
+    """What a classification (or pair) model saves in ``encoder_tasks.json``.
+
+    The head is built from it (label count, problem type, pooling, dropout); the columns and
+    ``max_length`` are the defaults of ``evaluate`` and ``predict``. Fields that mirror a flag
+    have the flag's name. Column fields left ``None`` mean "not saved" (the flag's default holds).
+    """
+
+    problem_type: str = "single_label"
+    #: Class names in logit order (``["score"]`` for regression).
+    label_names: list[str] | None = None
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    label_column: str | None = None
+    label_separator: str | None = None
+    #: Multi-label: one decision threshold per label (0.5 until tuned on the validation set).
+    thresholds: list[float] | None = None
+    pooling: str = "mean"
+    classifier_dropout: float | None = None
+
+    @classmethod
+    def from_format1(cls, metadata: Mapping[str, Any]) -> ClassificationSettings:
+        """Read a format-1 file, whose head arguments were named apart from the settings.
+
+        Example:
+            >>> old = {"head_config": {"num_labels": 2, "problem_type": "single_label", "pooling": "cls",
+            ...        "dropout": 0.2, "class_weights": None}, "label_names": ["neg", "pos"], "max_length": 64}
+            >>> s = ClassificationSettings.from_format1(old)
+            >>> s.pooling, s.classifier_dropout, s.label_names, dict(s.extra)
+            ('cls', 0.2, ['neg', 'pos'], {})
+        """
+        head = dict(metadata.get("head_config") or {})
+        # num_labels follows from label_names; class_weights shape training only: neither is a setting.
+        from_head = {
+            "problem_type": head.get("problem_type", "single_label"),
+            "pooling": head.get("pooling", "mean"),
+            "classifier_dropout": head.get("dropout"),
+        }
+        flat = {k: v for k, v in metadata.items() if k != "head_config"}
+        return cls.from_dict({**from_head, **flat})

@@ -1,0 +1,157 @@
+"""Prediction with a saved classification or pair model: texts in, labels or scores out.
+
+Texts longer than ``max_length`` are split into overlapping windows whose logits are averaged
+(``--long_text window``, single texts only) or cut (``truncate``); batches are length-sorted
+and run under ``--precision`` through :func:`encoder_tasks.predict.run_batches`.
+
+Example:
+    >>> from encoder_tasks.tasks.classification.args import ClassificationSettings
+    >>> settings = ClassificationSettings(label_names=["neg", "pos"])
+    >>> describe_prediction(np.array([0.0, 0.0]), settings)
+    {'label': 'neg', 'score': 0.5, 'probabilities': {'neg': 0.5, 'pos': 0.5}}
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from ...collators import PaddingCollator
+from ...data import Split, resolve_column
+from ...data.columns import column_texts
+from ...predict import load_for_prediction, run_batches, write_predictions
+from .args import ClassificationPredictArguments, ClassificationSettings
+from .metrics import sigmoid
+
+logger = logging.getLogger(__name__)
+
+
+def predict_texts(
+    model,
+    tokenizer,
+    texts,
+    pairs=None,
+    batch_size=64,
+    max_length=None,
+    long_text="window",
+    stride=64,
+    precision="auto",
+    disable_tqdm: bool | None = None,
+) -> tuple[list[dict], int]:
+    """Predict labels for texts; returns one result per text in input order, and how many
+    texts were longer than ``max_length`` (windowed or truncated).
+
+    ``max_length`` defaults to the model's saved one.
+
+    Example:
+        >>> results, long_count = predict_texts(model, tokenizer, ["a fine film"])  # doctest: +SKIP
+        >>> results[0]["label"]  # doctest: +SKIP
+        'pos'
+    """
+    texts = list(texts)
+    if not texts:
+        return [], 0
+    settings = model.settings
+    max_length = max_length or (settings.max_length if settings else None) or tokenizer.model_max_length
+    use_windows = long_text == "window" and pairs is None
+    room = max_length - tokenizer.num_special_tokens_to_add(pair=False)
+    if use_windows and stride >= room:
+        # The tokenizer refuses a stride that leaves windows no new tokens (short saved max_length).
+        logger.warning(
+            "--window_stride %d leaves windows of %d tokens nothing new; using %d", stride, room, room // 2
+        )
+        stride = room // 2
+    second = list(pairs) if pairs is not None else None
+    enc = tokenizer(
+        texts,
+        second,
+        truncation=True,
+        max_length=max_length,
+        return_overflowing_tokens=use_windows,
+        stride=stride if use_windows else 0,
+    )
+    owners = enc["overflow_to_sample_mapping"] if use_windows else list(range(len(texts)))
+    counts = np.bincount(owners, minlength=len(texts))
+    if use_windows:
+        long_count = int((counts > 1).sum())
+    else:
+        full = tokenizer(texts, second)["input_ids"]
+        long_count = sum(len(ids) > max_length for ids in full)
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+    features = [{k: enc[k][i] for k in keys} for i in range(len(owners))]
+    rows = run_batches(
+        model, features, PaddingCollator(tokenizer), batch_size, precision, disable_tqdm=disable_tqdm
+    )
+    # Aggregate windows: the mean of window logits per text.
+    sums = np.zeros((len(texts), rows[0].shape[-1]), dtype=np.float64)
+    for owner, row in zip(owners, rows):
+        sums[owner] += row
+    logits = sums / counts[:, None]
+    return [describe_prediction(row, settings, int(n)) for row, n in zip(logits, counts)], long_count
+
+
+def describe_prediction(
+    logits: np.ndarray, settings: ClassificationSettings | None, windows: int = 1
+) -> dict:
+    """One prediction record: label, score and probabilities (single-label), labels over their
+    thresholds (multi-label) or the score (regression)."""
+    settings = settings or ClassificationSettings()
+    names = settings.label_names or [f"LABEL_{i}" for i in range(len(logits))]
+    result: dict[str, Any] = {}
+    if settings.problem_type == "regression":
+        result["score"] = float(logits[0])
+    elif settings.problem_type == "multi_label":
+        probs = sigmoid(logits)
+        thresholds = settings.thresholds or [0.5] * len(names)
+        result["labels"] = [n for n, p, t in zip(names, probs, thresholds) if p >= t]
+        result["probabilities"] = {n: round(float(p), 6) for n, p in zip(names, probs)}
+    else:
+        shifted = np.exp(logits - logits.max())
+        probs = shifted / shifted.sum()
+        best = int(probs.argmax())
+        result["label"] = names[best]
+        result["score"] = round(float(probs[best]), 6)
+        result["probabilities"] = {n: round(float(p), 6) for n, p in zip(names, probs)}
+    if windows > 1:
+        result["windows"] = windows
+    return result
+
+
+def predict_file(args: ClassificationPredictArguments, task_name: str = "classification") -> dict:
+    """Predict every row of ``input_file``; write JSON lines (input order); return a summary.
+
+    Columns and ``max_length`` left unset take the values the model was trained with.
+
+    Example:
+        >>> predict_file(ClassificationPredictArguments(model_dir="runs/sst2", input_file="new.tsv",
+        ...              output_file="preds.jsonl"))  # doctest: +SKIP
+    """
+    model, tokenizer = load_for_prediction(args, task_name)
+    split = Split("predict", args.input_file, args.read_input())
+    texts = column_texts(split, resolve_column(split, args.text_column or "text", "text"))
+    pair_col = resolve_column(split, args.text_pair_column, "text_pair")
+    pairs = column_texts(split, pair_col) if pair_col else None
+    results, long_count = predict_texts(
+        model,
+        tokenizer,
+        texts,
+        pairs,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        long_text=args.long_text,
+        stride=args.window_stride,
+        precision=args.precision,
+        disable_tqdm=args.disable_tqdm,
+    )
+    what = "predictions"
+    if long_count:
+        windowed = args.long_text == "window" and pairs is None
+        how = "split into overlapping windows" if windowed else "truncated"
+        logger.warning("%d of %d inputs were longer than max_length and were %s", long_count, len(texts), how)
+        what += f" ({long_count} long inputs {'windowed' if windowed else 'truncated'})"
+    lines = split.dataset["_line"]
+    records = [{"line": line, "text": text, **result} for line, text, result in zip(lines, texts, results)]
+    write_predictions(args, records, what)
+    return {"predictions": len(records), "long_inputs": long_count}

@@ -1,0 +1,106 @@
+"""Bi-encoders: one vector per text, compared by cosine similarity.
+
+The package, a file per concern (the same file set as every task, plus what only a
+bi-encoder needs):
+
+- ``args.py``: flags (train/evaluate, predict, encode, retrieve) and the saved settings;
+- ``model.py``: :class:`~.model.BiEncoder` (pooling, normalisation, loss), loading, encoding;
+- ``losses.py``, ``samplers.py``, ``distributed.py``: in-batch negatives done right
+  (duplicate-free batches, negatives gathered from every process);
+- ``data.py``: reading pairs, the collator, ``prepare``;
+- ``trainer.py`` and ``evaluation.py``: evaluation by STS Spearman or retrieval;
+- ``predict.py`` (similarity of pairs), ``search.py`` (``encode`` and ``retrieve``),
+  ``retrieval.py`` (exact search and its metrics);
+- ``st_layout.py``: trained models are saved in the sentence-transformers layout too, so
+  ``SentenceTransformer(path)`` loads them as they are.
+
+Only the light ``args`` module is imported here; the hooks import the rest when called.
+
+Example:
+    >>> task = EmbeddingTask()
+    >>> task.name, sorted(task.extra_actions())
+    ('embedding', ['encode', 'retrieve'])
+"""
+
+from __future__ import annotations
+
+from ...errors import UserError
+from ...task import Task
+from .args import (
+    EmbeddingArguments,
+    EmbeddingPredictArguments,
+    EmbeddingSettings,
+    EncodeArguments,
+    RetrieveArguments,
+)
+
+
+def _encode(args: EncodeArguments) -> dict:
+    from .search import encode_file
+
+    return encode_file(args)
+
+
+def _retrieve(args: RetrieveArguments) -> dict:
+    from .search import retrieve_file
+
+    return retrieve_file(args)
+
+
+def _export_sentence_transformers(model_dir, dest) -> dict:
+    from .stock import export_sentence_transformers
+
+    return export_sentence_transformers(model_dir, dest)
+
+
+class EmbeddingTask(Task):
+    """``encoder-tasks embedding``: train, evaluate and use bi-encoders."""
+
+    name = "embedding"
+    summary = "Bi-encoder: text to vector (in-batch negatives, CoSENT); encode a corpus and retrieve from it."
+    Arguments = EmbeddingArguments
+    PredictArguments = EmbeddingPredictArguments
+    Settings = EmbeddingSettings
+    objectives = ("eval_cosine_spearman", "eval_ndcg@10", "eval_mrr@10", "eval_loss")
+    onnx_outputs = {"embeddings": ("batch",)}
+
+    def prepare(self, splits, tokenizer, task_args, data_args, saved=None):
+        from .data import prepare
+
+        return prepare(splits, tokenizer, task_args, data_args, saved)
+
+    def build_model(self, encoder, settings, training=None):
+        from .model import BiEncoder
+
+        return BiEncoder.from_settings(encoder, settings)
+
+    def trainer_class(self) -> type:
+        from .trainer import EmbeddingTrainer
+
+        return EmbeddingTrainer
+
+    def predict(self, args) -> dict:
+        from .predict import predict_file
+
+        return predict_file(args)
+
+    def extra_actions(self):
+        return {"encode": (EncodeArguments, _encode), "retrieve": (RetrieveArguments, _retrieve)}
+
+    def stock_model(self, model):
+        raise UserError(
+            "embedding: a bi-encoder has no stock transformers head; use --format sentence-transformers or onnx"
+        )
+
+    def extra_layouts(self):
+        return {"sentence-transformers": _export_sentence_transformers}
+
+
+def __getattr__(name: str):
+    # Models saved in format 1 name their head "encoder_tasks.tasks.embedding:BiEncoder" (the
+    # module this package replaced); they load through this lazy import.
+    if name == "BiEncoder":
+        from .model import BiEncoder
+
+        return BiEncoder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,232 @@
+"""The embedding task's settings: its flags (train/evaluate, predict, encode, retrieve) and the
+settings saved with a model.
+
+Light on purpose (dataclasses and :class:`~encoder_tasks.errors.UserError` only): the command
+line imports it to build ``--help`` without torch.
+
+Example:
+    >>> args = EmbeddingArguments(loss="infonce", retrieval_k="10,1")
+    >>> args.ks
+    [1, 10]
+    >>> EmbeddingSettings.from_format1({"loss": "mnrl", "retrieval_k": [1, 5]}).retrieval_k
+    '1,5'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...config import PredictArguments
+from ...errors import UserError
+from ...task import TaskSettings
+
+LOSSES = ("mnrl", "cosent", "cosine")
+#: Losses that learn from a score per pair (the others from positives and negatives).
+SCORED_LOSSES = ("cosent", "cosine")
+EVALUATIONS = ("auto", "sts", "retrieval", "both")
+SAMPLERS = ("no_duplicates", "random")
+#: The pooling modes of :class:`encoder_tasks.heads.Pooler`.
+POOLINGS = ("cls", "mean", "max")
+#: Where ``encode`` writes vectors: ``.npy`` (with an ``.ids.json`` beside it) or JSON lines.
+OUTPUT_SUFFIXES = (".npy", ".jsonl")
+
+
+def parse_ks(text: str) -> list[int]:
+    """The recall cut-offs of ``--retrieval_k``, sorted and distinct.
+
+    Example:
+        >>> parse_ks("10, 1,5,1")
+        [1, 5, 10]
+    """
+    try:
+        ks = sorted({int(k) for k in str(text).split(",")})
+    except ValueError:
+        raise UserError(f"--retrieval_k: expected integers separated by commas, found {text!r}") from None
+    if not ks or ks[0] < 1:
+        raise UserError(f"--retrieval_k: cut-offs must be positive, found {text!r}")
+    return ks
+
+
+def score_spec(value: str | None) -> str | None:
+    """``--score_column`` as a column spec: ``none`` (or empty) means "ignore scores"."""
+    return None if value in (None, "", "none") else value
+
+
+@dataclass
+class EmbeddingArguments:
+    """Settings of the bi-encoder (embedding) task."""
+
+    text_column: str = field(
+        default="anchor|sentence1|query|text1|text",
+        metadata={"help": "Column with the first text (anchor/query); '|' alternatives tried in order."},
+    )
+    text_pair_column: str = field(
+        default="positive|sentence2|text2|document",
+        metadata={"help": "Column with the second text (positive/document); '|' alternatives allowed."},
+    )
+    negative_columns: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated hard-negative columns (for --loss mnrl), e.g. 'negative'."},
+    )
+    score_column: str | None = field(
+        default="score|label",
+        metadata={
+            "help": "Column with a similarity score per pair, used when present ('|' alternatives); "
+            "'none' to ignore scores."
+        },
+    )
+    loss: str = field(
+        default="auto",
+        metadata={
+            "help": "mnrl (= infonce: in-batch negatives), cosent or cosine (scored pairs), or auto "
+            "(cosent when the training data has scores, else mnrl)."
+        },
+    )
+    temperature: float = field(
+        default=0.05, metadata={"help": "Softmax temperature of mnrl and cosent (0.05 = scale 20)."}
+    )
+    symmetric: bool = field(
+        default=False, metadata={"help": "mnrl: also rank anchors for each positive, average both."}
+    )
+    gather_across_devices: bool = field(
+        default=True,
+        metadata={"help": "mnrl under several processes: use every process's texts as negatives."},
+    )
+    positive_min_score: float | None = field(
+        default=None,
+        metadata={
+            "help": "Scored data: pairs with at least this score count as positives (mnrl training keeps "
+            "only them; retrieval evaluation uses them as query -> relevant)."
+        },
+    )
+    pooling: str = field(default="mean", metadata={"help": "Pooling of token vectors: mean, cls or max."})
+    normalize: bool = field(default=True, metadata={"help": "L2-normalise embeddings (cosine = dot)."})
+    batch_sampler: str = field(
+        default="no_duplicates",
+        metadata={
+            "help": "no_duplicates (no text twice in a batch: in-batch negatives stay true) or random."
+        },
+    )
+    evaluation: str = field(
+        default="auto",
+        metadata={
+            "help": "sts (Spearman of cosine vs scores), retrieval (recall@k, MRR@10, nDCG@10 over all "
+            "texts of the validation file), both, or auto (sts with scores, else retrieval)."
+        },
+    )
+    retrieval_k: str = field(default="1,5,10", metadata={"help": "Cut-offs k for recall@k."})
+
+    def __post_init__(self):
+        if self.loss not in ("auto", *LOSSES, "infonce"):
+            raise UserError(f"--loss must be one of auto, {', '.join(LOSSES)}, infonce; found {self.loss!r}")
+        if self.evaluation not in EVALUATIONS:
+            raise UserError(
+                f"--evaluation must be one of {', '.join(EVALUATIONS)}, found {self.evaluation!r}"
+            )
+        if self.batch_sampler not in SAMPLERS:
+            raise UserError(
+                f"--batch_sampler must be one of {', '.join(SAMPLERS)}, found {self.batch_sampler!r}"
+            )
+        if self.pooling not in POOLINGS:
+            raise UserError(f"pooling must be one of {', '.join(POOLINGS)}, found {self.pooling!r}")
+        parse_ks(self.retrieval_k)
+
+    @property
+    def ks(self) -> list[int]:
+        """The recall cut-offs (read when used: saved settings may have replaced the flag)."""
+        return parse_ks(self.retrieval_k)
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings(TaskSettings):
+    """What an embedding model saves: the head (pooling, normalisation, loss), the columns it
+    read, and how it is evaluated. Field names are the flags' names, so a saved model fills
+    the flags a user leaves unset (:func:`encoder_tasks.settings.resolve`).
+
+    Example:
+        >>> s = EmbeddingSettings(loss="cosent", score_range=[0.0, 5.0], max_length=128)
+        >>> EmbeddingSettings.from_dict(s.to_dict()) == s
+        True
+    """
+
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    negative_columns: str | None = None
+    score_column: str | None = None
+    #: The loss trained with (``auto`` and ``infonce`` already resolved).
+    loss: str = "mnrl"
+    temperature: float = 0.05
+    symmetric: bool = False
+    gather_across_devices: bool = True
+    positive_min_score: float | None = None
+    pooling: str = "mean"
+    normalize: bool = True
+    batch_sampler: str = "no_duplicates"
+    evaluation: str = "auto"
+    retrieval_k: str = "1,5,10"
+    #: Lowest and highest training score (scored losses learn on scores scaled to [0, 1]).
+    score_range: list[float] | None = None
+    #: ``sts``, ``retrieval`` or ``both``: what ``evaluation`` resolved to on the evaluation data.
+    evaluation_mode: str | None = None
+
+    @property
+    def ks(self) -> list[int]:
+        return parse_ks(self.retrieval_k)
+
+    @classmethod
+    def from_format1(cls, metadata: Mapping[str, Any]) -> EmbeddingSettings:
+        """Format 1 kept ``retrieval_k`` as a list of integers; the flag (and format 2) is text."""
+        settings = super().from_format1(metadata)
+        if isinstance(settings.retrieval_k, (list, tuple)):
+            settings = settings.replace(retrieval_k=",".join(str(int(k)) for k in settings.retrieval_k))
+        return settings
+
+
+@dataclass
+class EmbeddingPredictArguments(PredictArguments):
+    """Cosine similarity of the two texts of every row (columns default to those used in training)."""
+
+    text_column: str = field(
+        default=EmbeddingArguments.text_column,
+        metadata={"help": "First text column (default: as in training; '|' alternatives allowed)."},
+    )
+    text_pair_column: str = field(
+        default=EmbeddingArguments.text_pair_column,
+        metadata={"help": "Second text column (default: as in training; '|' alternatives allowed)."},
+    )
+
+
+@dataclass
+class EncodeArguments(PredictArguments):
+    """Encode the texts of ``input_file`` to ``output_file`` (.npy + ids file, or .jsonl)."""
+
+    text_column: str = field(default="text", metadata={"help": "Column with the text ('|' alternatives)."})
+    id_column: str | None = field(
+        default=None, metadata={"help": "Column with an id per text (default: the line number)."}
+    )
+
+    def check(self) -> None:
+        super().check()
+        if Path(self.output_file).suffix.lower() not in OUTPUT_SUFFIXES:
+            raise UserError(f"--output_file {self.output_file}: expected a .npy or .jsonl file")
+
+
+@dataclass
+class RetrieveArguments(PredictArguments):
+    """Find the ``top_k`` nearest corpus texts for every query text of ``input_file``."""
+
+    corpus_file: str = field(
+        default=None, metadata={"help": "Vectors written by `encode` (.npy with its .ids.json, or .jsonl)."}
+    )
+    text_column: str = field(default="text", metadata={"help": "Column with the query text."})
+    top_k: int = field(default=10, metadata={"help": "Results per query."})
+
+    def check(self) -> None:
+        super().check()
+        if not self.corpus_file:
+            raise UserError("retrieve: --corpus_file is required (vectors written by `encode`)")
+        if self.top_k < 1:
+            raise UserError(f"--top_k must be at least 1, found {self.top_k}")

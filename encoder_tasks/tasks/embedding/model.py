@@ -1,0 +1,236 @@
+"""The bi-encoder: any encoder, pooled (mean, cls, max) and optionally L2-normalised, with its
+training loss (see :mod:`.losses`).
+
+Trained models are saved in the sentence-transformers layout as well (``modules.json``,
+``1_Pooling/config.json``, encoder weights loadable by ``AutoModel`` at the top level), so
+``SentenceTransformer(path)`` loads them as they are; :func:`load_bi_encoder` reads that
+layout back, and any plain encoder too.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers.utils import ModelOutput
+
+from ...errors import UserError
+from ...heads import WEIGHTS_FILE, EncoderWithHead, Pooler, _is_tied_copy
+from .args import SCORED_LOSSES, EmbeddingSettings
+from .losses import build_loss
+from .st_layout import (
+    read_max_seq_length,
+    read_sentence_transformers_pooling,
+    write_sentence_transformers_files,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EmbeddingOutput(ModelOutput):
+    loss: torch.Tensor | None = None
+    embeddings: torch.Tensor | None = None
+
+
+class BiEncoder(EncoderWithHead):
+    """Encoder + pooling (+ L2 normalisation): one vector per text, and the training loss.
+
+    ``forward(input_ids=..., attention_mask=...)`` embeds texts; in training, ``forward(anchor=...,
+    positive=..., negatives=[...], labels=...)`` takes each group as a dict of model inputs and
+    returns the loss.
+
+    Example:
+        >>> from encoder_tasks.testing import make_tiny_model
+        >>> from encoder_tasks.backbone import load_encoder
+        >>> model = BiEncoder(load_encoder(make_tiny_model("bert")))
+        >>> out = model(input_ids=torch.tensor([[2, 5, 6, 3]]), attention_mask=torch.ones(1, 4))
+        >>> tuple(out.embeddings.shape), round(out.embeddings.norm().item(), 4)
+        ((1, 32), 1.0)
+    """
+
+    task = "embedding"
+
+    def __init__(
+        self,
+        encoder,
+        pooling: str = "mean",
+        normalize: bool = True,
+        loss: str = "mnrl",
+        temperature: float = 0.05,
+        symmetric: bool = False,
+        gather_across_devices: bool = True,
+    ):
+        # The constructor arguments are still saved (``head_config``): format-1 readers need them.
+        super().__init__(
+            encoder,
+            pooling=pooling,
+            normalize=normalize,
+            loss=loss,
+            temperature=temperature,
+            symmetric=symmetric,
+            gather_across_devices=gather_across_devices,
+        )
+        self.pooler = Pooler(pooling)
+        self.normalize = normalize
+        self.loss_name = "mnrl" if loss == "infonce" else loss
+        self.loss_fn = build_loss(self.loss_name, temperature, symmetric, gather_across_devices)
+        self.settings = EmbeddingSettings(
+            pooling=pooling,
+            normalize=normalize,
+            loss=self.loss_name,
+            temperature=temperature,
+            symmetric=symmetric,
+            gather_across_devices=gather_across_devices,
+        )
+
+    @classmethod
+    def from_settings(cls, encoder, settings: EmbeddingSettings) -> BiEncoder:
+        """The head the settings describe, on ``encoder``, carrying those settings."""
+        model = cls(
+            encoder,
+            pooling=settings.pooling,
+            normalize=settings.normalize,
+            loss=settings.loss,
+            temperature=settings.temperature,
+            symmetric=settings.symmetric,
+            gather_across_devices=settings.gather_across_devices,
+        )
+        model.settings = settings
+        return model
+
+    def embed(self, input_ids=None, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        """Pooled (and normalised) embeddings ``[batch, hidden]``."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        pooled = self.pooler(hidden, attention_mask)
+        return F.normalize(pooled, dim=-1) if self.normalize else pooled
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        anchor=None,
+        positive=None,
+        negatives=None,
+        labels=None,
+    ) -> EmbeddingOutput:
+        if anchor is None:
+            return EmbeddingOutput(embeddings=self.embed(input_ids, attention_mask, token_type_ids))
+        anchors = self.embed(**anchor)
+        positives = self.embed(**positive)
+        if self.loss_name in SCORED_LOSSES:
+            if labels is None:
+                raise UserError(f"--loss {self.loss_name} needs a score per pair (--score_column)")
+            loss = self.loss_fn(anchors, positives, labels)
+        else:
+            loss = self.loss_fn(anchors, positives, [self.embed(**n) for n in negatives or []])
+        return EmbeddingOutput(loss=loss, embeddings=anchors)
+
+    # ---- saving: sentence-transformers layout --------------------------------------------
+    def save_pretrained(self, output_dir, state_dict: dict | None = None) -> None:
+        """Save encoder weights under their own names (``AutoModel`` loads the folder) and the
+        sentence-transformers module files, besides the toolkit's settings."""
+        if state_dict is None:
+            state_dict = self.state_dict()
+        prefix = "encoder."
+        others = [k for k in state_dict if not k.startswith(prefix)]
+        if others:  # the head has no weights; anything else would be lost
+            raise RuntimeError(f"BiEncoder holds weights outside the encoder: {others[:3]}")
+        super().save_pretrained(output_dir, {k[len(prefix) :]: v for k, v in state_dict.items()})
+        write_sentence_transformers_files(
+            output_dir,
+            hidden_size=self.encoder.config.hidden_size,
+            pooling=self.pooler.mode,
+            normalize=self.normalize,
+            max_seq_length=int(self.settings.max_length or 256),
+        )
+
+    def load_weights(self, path) -> None:
+        from safetensors.torch import load_file
+
+        weights = Path(path) / WEIGHTS_FILE
+        if not weights.is_file():
+            raise UserError(f"{path}: no {WEIGHTS_FILE}; the run did not finish saving")
+        state = load_file(str(weights))
+        missing, unexpected = self.encoder.load_state_dict(state, strict=False)
+        missing = [m for m in missing if not _is_tied_copy(self.encoder, m, state)]
+        if missing or unexpected:
+            raise UserError(
+                f"{weights}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})"
+            )
+
+
+def load_bi_encoder(name_or_path: str) -> BiEncoder:
+    """A bi-encoder from a run saved here, a sentence-transformers folder, or any encoder (mean
+    pooling, normalised); it always carries its :class:`~.args.EmbeddingSettings`.
+
+    Example:
+        >>> model = load_bi_encoder("sentence-transformers/all-MiniLM-L6-v2")  # doctest: +SKIP
+    """
+    from ...backbone import load_encoder, read_task_metadata, resolve_model_path
+
+    path = resolve_model_path(name_or_path)
+    metadata = read_task_metadata(path) if Path(path).is_dir() else None
+    if metadata is not None:
+        if metadata.get("task") != "embedding":
+            raise UserError(f"{path} holds a {metadata.get('task')!r} model, not an embedding model")
+        return BiEncoder.from_pretrained(path)
+    pooling, normalize = read_sentence_transformers_pooling(path) or ("mean", True)
+    # Truncate as sentence-transformers does for this model (MiniLM: 256 tokens).
+    settings = EmbeddingSettings(pooling=pooling, normalize=normalize, max_length=read_max_seq_length(path))
+    return BiEncoder.from_settings(load_encoder(path), settings).eval()
+
+
+def encode_texts(
+    model: BiEncoder,
+    tokenizer,
+    texts,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    precision: str = "fp32",
+    disable_tqdm: bool | None = None,
+) -> np.ndarray:
+    """Embeddings ``[len(texts), hidden]`` (float32 numpy) in input order.
+
+    Texts are tokenised once and batched in length order (little padding), under ``precision``
+    (``auto``, ``fp32``, ``bf16``: see :func:`encoder_tasks.predict.autocast_for`).
+    ``max_length`` defaults to the model's saved one.
+
+    Example:
+        >>> from encoder_tasks.testing import make_tiny_model, make_tiny_tokenizer
+        >>> from encoder_tasks.backbone import load_encoder
+        >>> model = BiEncoder(load_encoder(make_tiny_model("bert")))
+        >>> encode_texts(model, make_tiny_tokenizer(), ["the cat", "a dog sat"], batch_size=1).shape
+        (2, 32)
+    """
+    from ...predict import run_batches
+
+    texts = list(texts)
+    if not texts:
+        return np.zeros((0, model.config.hidden_size), dtype=np.float32)
+    settings = model.settings
+    max_length = max_length or (settings and settings.max_length) or min(tokenizer.model_max_length, 512)
+    encoded = tokenizer(texts, truncation=True, max_length=max_length)
+    keys = [k for k in ("input_ids", "attention_mask") if k in encoded]
+    features = [{k: encoded[k][i] for k in keys} for i in range(len(texts))]
+    was_training = model.training
+    model.eval()
+    rows = run_batches(
+        model,
+        features,
+        lambda batch: tokenizer.pad(batch, return_tensors="pt"),
+        batch_size,
+        precision,
+        read=lambda output, _: output.embeddings.float().cpu().numpy(),
+        desc="encoding",
+        disable_tqdm=disable_tqdm,
+    )
+    model.train(was_training)
+    return np.stack(rows).astype(np.float32, copy=False)

@@ -1,0 +1,80 @@
+"""``encoder-tasks embedding predict``: the cosine similarity of the two texts of every row.
+
+A run saved here loads through the shared path (:func:`encoder_tasks.predict.load_for_prediction`:
+saved settings fill the flags left unset); any other encoder or sentence-transformers folder
+loads as a bi-encoder with its own pooling. Either way ``--precision`` and ``--batch_size``
+apply to every forward pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from ...data import LINE_COLUMN, Split, resolve_column
+from ...data.columns import column_texts
+from .args import EmbeddingPredictArguments
+
+logger = logging.getLogger(__name__)
+
+
+def load_model(args, settings_skip: tuple[str, ...] = ()):
+    """``(model, tokenizer)`` for predict, encode and retrieve, on the inference device.
+
+    Example:
+        >>> model, tokenizer = load_model(EmbeddingPredictArguments(model_dir="runs/emb",
+        ...     input_file="pairs.tsv", output_file="scores.jsonl"))  # doctest: +SKIP
+    """
+    from ...backbone import load_tokenizer, read_task_metadata, resolve_model_path
+    from ...predict import inference_device, load_for_prediction
+    from ...settings import resolve
+    from .model import load_bi_encoder
+
+    args.check()
+    path = resolve_model_path(args.model_dir)
+    if read_task_metadata(path) is not None:  # a run saved by encoder-tasks
+        return load_for_prediction(args, "embedding", settings_skip)
+    # Any encoder (mean pooling) or a sentence-transformers folder (its own pooling).
+    if args.disable_tqdm:
+        os.environ["ENCODER_TASKS_DISABLE_TQDM"] = "1"
+    model = load_bi_encoder(path)
+    resolve(args, model.settings, skip=settings_skip)
+    return model.to(inference_device()), load_tokenizer(path)
+
+
+def encode_for(args, model, tokenizer, texts) -> np.ndarray:
+    """:func:`.model.encode_texts` with the command's batch size, token limit and precision."""
+    from .model import encode_texts
+
+    return encode_texts(
+        model, tokenizer, texts, args.batch_size, args.max_length, args.precision, args.disable_tqdm or None
+    )
+
+
+def predict_file(args: EmbeddingPredictArguments) -> dict:
+    """Write ``{"line", "text", "text_pair", "score"}`` per row (cosine similarity), in input order.
+
+    Example:
+        >>> predict_file(EmbeddingPredictArguments(model_dir="runs/emb", input_file="pairs.tsv",
+        ...              output_file="scores.jsonl"))  # doctest: +SKIP
+    """
+    from ...predict import write_predictions
+    from .retrieval import normalize
+
+    args.check()
+    split = Split("predict", args.input_file, args.read_input())
+    model, tokenizer = load_model(args)  # resolves the columns from the saved settings too
+    first = column_texts(split, resolve_column(split, args.text_column, "text"))
+    second = column_texts(split, resolve_column(split, args.text_pair_column, "text_pair"))
+    unique = list(dict.fromkeys([*first, *second]))
+    vectors = normalize(encode_for(args, model, tokenizer, unique))
+    index = {t: i for i, t in enumerate(unique)}
+    scores = np.sum(vectors[[index[t] for t in first]] * vectors[[index[t] for t in second]], axis=1)
+    records = [
+        {"line": line, "text": a, "text_pair": b, "score": round(float(s), 6)}
+        for line, a, b, s in zip(split.dataset[LINE_COLUMN], first, second, scores)
+    ]
+    write_predictions(args, records, what="similarity scores")
+    return {"predictions": len(records)}

@@ -1,0 +1,177 @@
+"""``encoder-tasks embedding encode`` and ``retrieve``: texts to vectors, queries to nearest texts.
+
+- ``encode``: texts of a file to vectors, written as ``.npy`` (float32 ``[n, dim]``) plus an id
+  file ``<name>.ids.json``, or as JSONL (``{"id", "text", "embedding"}`` per line). Texts are
+  batched in length order (little padding); output keeps input order. Neither file replaces
+  an existing one unless ``--overwrite_output``.
+- ``retrieve``: query texts against an encoded corpus; exact top-k by one matrix product
+  per block of queries (cosine when the model normalises, else dot product).
+
+Both run like ``predict`` (:mod:`.predict`): the saved settings fill unset flags, and
+``--precision`` and ``--batch_size`` apply.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from ...data import LINE_COLUMN, Split, resolve_column
+from ...data.columns import column_texts
+from ...errors import UserError
+from .args import EncodeArguments, RetrieveArguments
+from .predict import encode_for, load_model
+
+logger = logging.getLogger(__name__)
+
+#: Flags of encode/retrieve that are not the training columns of the same name: the corpus
+#: and query files have their own text column.
+_NOT_SAVED = ("text_column",)
+ID_FILE_FLAG = "--output_file's id file"
+
+
+def ids_path(output_file: str | Path) -> Path:
+    """Where the ids of ``vectors.npy`` go: ``vectors.ids.json``.
+
+    Example:
+        >>> ids_path("out/vectors.npy").as_posix()
+        'out/vectors.ids.json'
+    """
+    path = Path(output_file)
+    return path.with_name(path.stem + ".ids.json")
+
+
+def _read_texts(args, column_spec: str, id_column: str | None = None):
+    split = Split("input", args.input_file, args.read_input())
+    texts = column_texts(split, resolve_column(split, column_spec, "text"))
+    lines = split.dataset[LINE_COLUMN]
+    if id_column:
+        ids = [str(v) for v in split.dataset[resolve_column(split, id_column, "id")]]
+    else:
+        ids = [str(line) if line is not None else str(i) for i, line in enumerate(lines, start=1)]
+    return texts, ids, lines
+
+
+def encode_file(args: EncodeArguments) -> dict:
+    """Encode every text of ``args.input_file``; returns ``{"texts": n, "dimension": d}``.
+
+    Example:
+        >>> encode_file(EncodeArguments(model_dir="runs/emb", input_file="corpus.jsonl",
+        ...             output_file="corpus.npy"))  # doctest: +SKIP
+    """
+    from ...data.writers import check_new_file
+    from ...predict import write_predictions
+
+    args.check()
+    as_npy = Path(args.output_file).suffix.lower() == ".npy"
+    if as_npy:  # before any work: the id file must not replace another run's either
+        check_new_file(ids_path(args.output_file), args.overwrite_output, flag=ID_FILE_FLAG)
+    texts, ids, _ = _read_texts(args, args.text_column, args.id_column)
+    model, tokenizer = load_model(args, settings_skip=_NOT_SAVED)
+    vectors = encode_for(args, model, tokenizer, texts)
+    if as_npy:
+        _write_npy(args, vectors, ids, model.normalize)
+    else:
+        records = (
+            {"id": i, "text": t, "embedding": [round(float(x), 7) for x in v]}
+            for i, t, v in zip(ids, texts, vectors)
+        )
+        write_predictions(args, records, what=f"embeddings ({vectors.shape[1]} dimensions)")
+    return {"texts": len(texts), "dimension": int(vectors.shape[1])}
+
+
+def _write_npy(args, vectors: np.ndarray, ids: list[str], normalized: bool) -> None:
+    from ...data.writers import check_new_file, write_json
+
+    output, id_file = Path(args.output_file), ids_path(args.output_file)
+    # Checked again: a file may have appeared while the model ran.
+    check_new_file(output, args.overwrite_output)
+    check_new_file(id_file, args.overwrite_output, flag=ID_FILE_FLAG)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.stem}.tmp.npy")
+    np.save(tmp, vectors)
+    tmp.replace(output)
+    write_json(id_file, {"model": str(args.model_dir), "normalized": normalized, "ids": ids})
+    logger.info(
+        "wrote %d embeddings (%d dimensions) to %s and %s", len(ids), vectors.shape[1], output, id_file
+    )
+
+
+def load_corpus(path: str | Path) -> tuple[np.ndarray, list[str], list[str] | None]:
+    """Vectors, ids and (for JSONL) texts of an encoded corpus.
+
+    Example:
+        >>> vectors, ids, texts = load_corpus("corpus.npy")  # doctest: +SKIP
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"--corpus_file {path}: no such file")
+    if path.suffix.lower() == ".npy":
+        try:
+            vectors = np.load(path, allow_pickle=False)
+        except ValueError as exc:
+            raise UserError(f"{path}: not a .npy array written by `encode` ({exc})") from None
+        id_file = ids_path(path)
+        if not id_file.is_file():
+            raise UserError(f"{path}: its id file {id_file} is missing")
+        ids = json.loads(id_file.read_text(encoding="utf-8"))["ids"]
+        if len(ids) != len(vectors):
+            raise UserError(f"{id_file}: {len(ids)} ids for {len(vectors)} vectors in {path}")
+        return np.asarray(vectors, dtype=np.float32), ids, None
+    vectors, ids, texts = [], [], []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            vectors.append(record["embedding"])
+            ids.append(str(record.get("id", number)))
+            texts.append(record.get("text"))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise UserError(
+                f"{path} line {number}: expected a JSON object with an 'embedding' list"
+            ) from None
+    if not vectors or len({len(v) for v in vectors}) != 1:
+        raise UserError(f"{path}: expected embeddings of one dimension on every line")
+    return np.asarray(vectors, dtype=np.float32), ids, texts
+
+
+def retrieve_file(args: RetrieveArguments) -> dict:
+    """Top-k corpus results for every query; JSONL ``{"line", "query", "results": [...]}``.
+
+    Example:
+        >>> retrieve_file(RetrieveArguments(model_dir="runs/emb", corpus_file="corpus.npy",
+        ...             input_file="queries.txt", output_file="hits.jsonl"))  # doctest: +SKIP
+    """
+    from ...predict import write_predictions
+    from .retrieval import exact_search, normalize
+
+    args.check()
+    corpus, corpus_ids, corpus_texts = load_corpus(args.corpus_file)
+    queries, _, lines = _read_texts(args, args.text_column)
+    model, tokenizer = load_model(args, settings_skip=_NOT_SAVED)
+    if corpus.shape[1] != model.config.hidden_size:
+        raise UserError(
+            f"--corpus_file {args.corpus_file}: vectors have {corpus.shape[1]} dimensions, the model "
+            f"{args.model_dir} makes {model.config.hidden_size}; encode the corpus with this model"
+        )
+    vectors = encode_for(args, model, tokenizer, queries)
+    if model.normalize:  # cosine: the corpus is unit-length too (it may have been edited)
+        corpus, vectors = normalize(corpus), normalize(vectors)
+    indices, scores = exact_search(vectors, corpus, args.top_k)
+    records = []
+    for line, query, row, row_scores in zip(lines, queries, indices, scores):
+        results = []
+        for rank, (i, s) in enumerate(zip(row, row_scores), start=1):
+            if i < 0:
+                break
+            hit = {"rank": rank, "id": corpus_ids[i], "score": round(float(s), 6)}
+            if corpus_texts is not None:
+                hit["text"] = corpus_texts[i]
+            results.append(hit)
+        records.append({"line": line, "query": query, "results": results})
+    write_predictions(args, records, what=f"results of {len(queries)} queries in {len(corpus)} texts")
+    return {"queries": len(queries), "corpus": len(corpus)}

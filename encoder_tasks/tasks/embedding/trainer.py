@@ -1,0 +1,83 @@
+"""``EmbeddingTrainer``: duplicate-free (global) training batches, evaluation by encoding.
+
+Its options come from the task settings it is given (``task_settings``: the batch sampler,
+the evaluation mode, the recall cut-offs), never from the model.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ...errors import UserError
+from ...trainer import EncoderTaskTrainer
+from .data import duplicate_keys
+from .evaluation import evaluate_embeddings
+from .samplers import DuplicateFreeBatchSampler
+
+
+class EmbeddingTrainer(EncoderTaskTrainer):
+    """Trains a :class:`~.model.BiEncoder`; ``evaluate`` reports STS and/or retrieval metrics.
+
+    Example:
+        >>> trainer = EmbeddingTrainer(model=model, args=training_args, train_dataset=prepared.train,
+        ...     data_collator=prepared.collator(None), task_settings=prepared.settings)  # doctest: +SKIP
+    """
+
+    def get_train_dataloader(self):
+        from torch.utils.data import DataLoader
+
+        dataset = self.train_dataset
+        distinct = self.task_settings.batch_sampler == "no_duplicates"
+        keys = duplicate_keys(dataset) if distinct else [(i,) for i in range(len(dataset))]
+        sampler = DuplicateFreeBatchSampler(
+            keys,
+            batch_size=self._train_batch_size,
+            drop_last=self.args.dataloader_drop_last,
+            seed=self.args.seed,
+            rank=self.args.process_index,
+            world_size=self.args.world_size,
+        )
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory,
+        )
+        prepared = self.accelerator.prepare(loader)
+        # The sampler already gives each process its own slice of a global batch; accelerate's
+        # shard wrapper must pass batches through instead of sharding them again.
+        wrapper = getattr(prepared, "batch_sampler", None)
+        if wrapper is not None and getattr(wrapper, "batch_sampler", None) is sampler:
+            wrapper.num_processes = 1
+            wrapper.process_index = 0
+        return prepared
+
+    def _track_num_input_tokens(self, inputs):
+        if self.args.include_num_input_tokens_seen == "no":
+            return
+        groups = [inputs.get("anchor"), inputs.get("positive"), *(inputs.get("negatives") or [])]
+        masks = [g["attention_mask"] for g in groups if g is not None]
+        if self.args.include_num_input_tokens_seen == "non_padding":
+            count = sum(int(m.sum()) for m in masks)
+        else:
+            count = sum(m.numel() for m in masks)
+        count = torch.as_tensor(count, device=self.args.device, dtype=torch.int64)
+        self.state.num_input_tokens_seen += self.accelerator.gather(count).sum().item()
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            raise UserError("evaluation needs --validation_file")
+        model = self.accelerator.unwrap_model(self.model)
+        start = time.perf_counter()
+        raw = evaluate_embeddings(
+            model, self.processing_class, dataset, self.task_settings, self.args.per_device_eval_batch_size
+        )
+        metrics = {f"{metric_key_prefix}_{k}": v for k, v in raw.items()}
+        metrics[f"{metric_key_prefix}_runtime"] = time.perf_counter() - start
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics

@@ -1,0 +1,85 @@
+"""Token tagging (NER, slot filling, POS) on any encoder, with a softmax head or a CRF.
+
+One file per concern:
+
+- ``args.py``: the flags (:class:`NerArguments`, :class:`NerPredictArguments`) and the saved
+  settings (:class:`NerSettings`);
+- ``conll.py``, ``reading.py``: CoNLL column files, JSON/JSONL records, ``save_to_disk`` folders
+  and Hub datasets (``ClassLabel`` tags) to validated sentences;
+- ``schemes.py``: IOB1/IOB2/BIOES/BMES, read into IOB2 and written back;
+- ``text.py``: raw text to words with offsets (English words, CJK characters);
+- ``features.py``: sub-word alignment, windows over long sentences, stitching them back;
+- ``data.py``: ``prepare`` (labels, vocabulary extension, features);
+- ``model.py``, ``crf.py``: the head (first sub-token per word; softmax or linear-chain CRF);
+- ``decoding.py``, ``metrics.py``: constrained Viterbi or CRF decoding; seqeval strict/lenient;
+- ``trainer.py``: a learning rate of its own for the head and the CRF;
+- ``predict.py``: raw text or pre-tokenised input to tags and entities with character offsets.
+
+This module stays light (no torch at import) so the command line starts fast.
+
+Example:
+    >>> task = NerTask()
+    >>> task.name, task.objectives[0]
+    ('ner', 'eval_f1_strict')
+"""
+
+from __future__ import annotations
+
+from ...task import Task
+from .args import NerArguments, NerPredictArguments, NerSettings
+
+
+class NerTask(Task):
+    """Token tagging: per-word tags from each word's first sub-token, softmax or CRF."""
+
+    name = "ner"
+    summary = "Token tagging (NER, POS, slots): IOB1/IOB2/BIOES/BMES, softmax or CRF, English and Chinese."
+    Arguments = NerArguments
+    PredictArguments = NerPredictArguments
+    Settings = NerSettings
+    # Span schemes report entity F1; plain tags (POS, scheme none) macro F1 and accuracy.
+    objectives = ("eval_f1_strict", "eval_macro_f1", "eval_accuracy")
+    onnx_outputs = {"logits": ("batch", "sequence")}
+
+    def read_split(self, path, delimiter="auto", column_names=None, encoding="utf-8", split=None):
+        """JSON/JSONL and ``save_to_disk`` folders as records, anything else as CoNLL columns."""
+        from .reading import read_split
+
+        return read_split(path, delimiter, column_names, encoding, split)
+
+    def prepare(self, splits, tokenizer, task_args, data_args, saved=None):
+        from .data import prepare
+
+        return prepare(splits, tokenizer, task_args, data_args, saved)
+
+    def build_model(self, encoder, settings, training=None):
+        from .model import build_model
+
+        return build_model(encoder, settings, training)
+
+    def trainer_class(self) -> type:
+        from .trainer import NerTrainer
+
+        return NerTrainer
+
+    def predict(self, args):
+        from .predict import predict_file
+
+        return predict_file(args)
+
+    def stock_model(self, model):
+        from .stock import to_stock
+
+        return to_stock(model)
+
+
+def __getattr__(name: str):
+    # Models saved before format 2 name their head ``encoder_tasks.tasks.ner:TokenTagger``.
+    if name == "TokenTagger":
+        from .model import TokenTagger
+
+        return TokenTagger
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["NerArguments", "NerPredictArguments", "NerSettings", "NerTask"]

@@ -1,0 +1,136 @@
+"""Tagging metrics: entity-level scores with seqeval (strict IOB2 and the default lenient,
+conlleval-like mode: micro precision/recall/F1, per-type scores, token accuracy), plain-tag
+scores for POS, and :class:`TaggingMetrics`, the Trainer's ``compute_metrics`` over whole
+sentences.
+
+Strict mode counts an entity only when its exact IOB2 tags match; lenient mode (seqeval's
+default, as ``run_ner.py`` reports it) also reads ill-formed sequences such as ``O I-PER``
+as entities. Gold tags are valid IOB2 here, so the two differ only on predictions.
+
+Example:
+    >>> m = entity_metrics([["B-PER", "I-PER", "O"]], [["B-PER", "I-PER", "O"]])
+    >>> m["f1_strict"], m["f1_lenient"], m["per_type"]["PER"]["f1"]
+    (1.0, 1.0, 1.0)
+    >>> entity_metrics([["B-PER", "I-PER"]], [["O", "I-PER"]])["f1_lenient"]
+    0.0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .args import NerSettings
+from .decoding import cpu_crf_copy, decode, decoding_mode
+from .features import stitch
+
+
+def entity_metrics(references: list[list[str]], predictions: list[list[str]]) -> dict:
+    """seqeval scores of IOB2 predictions against IOB2 references."""
+    from seqeval.metrics import classification_report, f1_score, precision_score, recall_score
+    from seqeval.scheme import IOB2
+
+    strict = {"mode": "strict", "scheme": IOB2}
+    report = classification_report(references, predictions, output_dict=True, zero_division=0, **strict)
+    per_type = {
+        name: {
+            "precision": float(row["precision"]),
+            "recall": float(row["recall"]),
+            "f1": float(row["f1-score"]),
+            "support": int(row["support"]),
+        }
+        for name, row in report.items()
+        if not name.endswith(" avg")
+    }
+    flat_ref = [t for s in references for t in s]
+    flat_pred = [t for s in predictions for t in s]
+    accuracy = float(np.mean([a == b for a, b in zip(flat_ref, flat_pred)])) if flat_ref else 0.0
+    return {
+        "f1_strict": float(f1_score(references, predictions, zero_division=0, **strict)),
+        "precision_strict": float(precision_score(references, predictions, zero_division=0, **strict)),
+        "recall_strict": float(recall_score(references, predictions, zero_division=0, **strict)),
+        "f1_lenient": float(f1_score(references, predictions, zero_division=0)),
+        "precision_lenient": float(precision_score(references, predictions, zero_division=0)),
+        "recall_lenient": float(recall_score(references, predictions, zero_division=0)),
+        "accuracy": accuracy,
+        "per_type": per_type,
+    }
+
+
+def plain_tag_metrics(
+    references: list[list[str]], predictions: list[list[str]], label_names: list[str]
+) -> dict:
+    """Token accuracy and macro/micro F1 for tags without spans (POS tagging)."""
+    from ...metrics import classification_metrics
+
+    index = {name: i for i, name in enumerate(label_names)}
+    unknown = len(label_names)  # tags the model never saw count as errors
+    ref = [index.get(t, unknown) for s in references for t in s]
+    pred = [index[t] for s in predictions for t in s]
+    metrics = classification_metrics(pred, ref, label_names)
+    metrics["per_type"] = metrics.pop("per_class")
+    return metrics
+
+
+class TaggingMetrics:
+    """``compute_metrics`` over whole sentences: window scores are put back in place by
+    ``feature_index``, stitched, decoded (CRF Viterbi, or constrained Viterbi/argmax as
+    ``settings.decoding`` says) and scored against the gold IOB2 tags.
+
+    The CRF's transition scores are read from the model at call time: the NER trainer binds
+    itself with :meth:`bind`.
+
+    Example:
+        >>> from transformers import EvalPrediction
+        >>> settings = NerSettings(label_names=["O", "B-X", "I-X"])
+        >>> metrics = TaggingMetrics([{"example_index": 0, "word_offset": 0, "word_index": [1, 2]}],
+        ...                          [["B-X", "I-X"]], settings)
+        >>> logits = np.log(np.array([[[0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]], dtype=np.float32))
+        >>> metrics(EvalPrediction(predictions=(logits, np.array([0])), label_ids=None))["f1_strict"]
+        1.0
+    """
+
+    def __init__(self, features: list[dict], references: list[list[str]], settings: NerSettings):
+        self.features = [
+            {
+                "example_index": f["example_index"],
+                "word_offset": f["word_offset"],
+                "n_words": len(f["word_index"]),
+            }
+            for f in features
+        ]
+        self.references = references
+        self.settings = settings
+        self.trainer = None
+
+    def bind(self, trainer) -> None:
+        self.trainer = trainer
+
+    def _crf(self):
+        if self.trainer is None:
+            if self.settings.crf:
+                raise RuntimeError(
+                    "TaggingMetrics of a CRF model must be bound to its trainer (the NER trainer does it)"
+                )
+            return None
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        return cpu_crf_copy(model)
+
+    def decode(self, predictions) -> list[list[str]]:
+        """IOB2 tags per sentence from the evaluation loop's ``(logits, feature_index)``."""
+        logits, feature_index = predictions if isinstance(predictions, (tuple, list)) else (predictions, None)
+        logits = np.asarray(logits, dtype=np.float32)
+        order = np.arange(len(logits)) if feature_index is None else np.asarray(feature_index).reshape(-1)
+        per_feature: list[Any] = [None] * len(self.features)
+        for row, index in enumerate(order.tolist()):
+            per_feature[index] = logits[row, : self.features[index]["n_words"]]
+        emissions = stitch(self.features, per_feature, [len(r) for r in self.references])
+        tags, _ = decode(emissions, self.settings.label_names, self._crf(), decoding_mode(self.settings))
+        return tags
+
+    def __call__(self, eval_pred) -> dict:
+        predictions = self.decode(eval_pred.predictions)
+        if self.settings.tag_scheme == "none":
+            return plain_tag_metrics(self.references, predictions, self.settings.label_names)
+        return entity_metrics(self.references, predictions)

@@ -1,0 +1,206 @@
+"""Tagging with a saved model: pre-tokenised sentences or raw text in, tags (in the training
+data's scheme) and entities with character offsets and scores out; ``predict`` over a file.
+
+Example:
+    >>> from encoder_tasks.backbone import load_tokenizer  # doctest: +SKIP
+    >>> from encoder_tasks.tasks.ner.model import TokenTagger  # doctest: +SKIP
+    >>> model = TokenTagger.from_pretrained("runs/ner/wnut17-minilm")  # doctest: +SKIP
+    >>> predict_texts(model, load_tokenizer("runs/ner/wnut17-minilm"), ["John lives in Paris."])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from ...data.loading import Split
+from ...errors import UserError
+from ...predict import load_for_prediction, run_batches, write_predictions
+from .args import NerPredictArguments, NerSettings
+from .decoding import cpu_crf_copy, decode, decoding_mode
+from .features import TaggingCollator, featurize, stitch
+from .reading import RECORD_SUFFIXES, read_sentences
+from .schemes import from_iob2, spans_from_iob2
+from .text import join_words, split_words
+
+logger = logging.getLogger(__name__)
+
+
+def predict_sentences(
+    model,
+    tokenizer,
+    sentences: list[list[str]],
+    batch_size: int = 64,
+    max_length: int | None = None,
+    stride: int | None = None,
+    precision: str = "fp32",
+) -> tuple[list[list[str]], list[np.ndarray]]:
+    """IOB2 tags and per-word probabilities for pre-tokenised sentences (any length).
+
+    ``max_length``/``stride`` default to the model's saved ones; ``precision`` as ``--precision``
+    (the default leaves any surrounding autocast in charge).
+
+    Example:
+        >>> model = TokenTagger.from_pretrained("runs/ner/wnut17")  # doctest: +SKIP
+        >>> predict_sentences(model, tokenizer, [["John", "lives", "in", "Paris"]])[0]  # doctest: +SKIP
+        [['B-person', 'O', 'O', 'B-location']]
+    """
+    settings: NerSettings = model.settings
+    # A tagger built by hand saved no max_length: it reads up to the tokenizer's own limit.
+    max_length = max_length or settings.max_length or tokenizer.model_max_length
+    stride = settings.window_stride if stride is None else stride
+    features = featurize(sentences, tokenizer, max_length, stride)
+
+    def word_rows(output, chunk: list[int]) -> list[np.ndarray]:
+        logits = output.logits.float().cpu().numpy()
+        return [logits[row, : len(features[i]["word_index"])] for row, i in enumerate(chunk)]
+
+    rows = run_batches(
+        model, features, TaggingCollator(tokenizer), batch_size, precision, read=word_rows, desc="tagging"
+    )
+    scores = stitch(features, rows, [len(s) for s in sentences])
+    return decode(scores, settings.label_names, cpu_crf_copy(model), decoding_mode(settings))
+
+
+def entities(words: list[str], spans: list[tuple[int, int]], text: str, iob2: list[str], probs) -> list[dict]:
+    """Entities with character offsets into ``text`` and a score (mean probability of their tags)."""
+    found = []
+    for kind, start, end in spans_from_iob2(iob2):
+        char_start, char_end = spans[start][0], spans[end - 1][1]
+        found.append(
+            {
+                "type": kind,
+                "text": text[char_start:char_end],
+                "start": char_start,
+                "end": char_end,
+                "token_start": start,
+                "token_end": end,
+                "score": round(float(np.mean(probs[start:end])), 6),
+            }
+        )
+    return found
+
+
+def predict_texts(model, tokenizer, texts: list[str], **kwargs) -> list[dict]:
+    """Tag raw texts: words cut as in training (``word`` or ``char``), entities with offsets.
+
+    Example:
+        >>> predict_texts(model, tokenizer, ["John lives in Paris."])[0]["entities"]  # doctest: +SKIP
+        [{'type': 'PER', 'text': 'John', 'start': 0, 'end': 4, ...}, ...]
+    """
+    level = model.settings.tokenization
+    cut = [split_words(t, level) for t in texts]
+    sentences = [[w for w, _, _ in words] for words in cut]
+    return _results(
+        model, tokenizer, texts, sentences, [[(s, e) for _, s, e in words] for words in cut], **kwargs
+    )
+
+
+def predict_tokens(model, tokenizer, sentences: list[list[str]], **kwargs) -> list[dict]:
+    """Tag pre-tokenised sentences; character offsets refer to the tokens joined by the
+    training data's separator (a space, or nothing for character-level data)."""
+    separator = model.settings.token_separator
+    joined = [join_words(words, separator) for words in sentences]
+    return _results(model, tokenizer, [t for t, _ in joined], sentences, [s for _, s in joined], **kwargs)
+
+
+def _results(model, tokenizer, texts, sentences, spans, **kwargs) -> list[dict]:
+    results: list[dict | None] = [None] * len(texts)
+    nonempty = [i for i, words in enumerate(sentences) if words]
+    tags, probs = (
+        predict_sentences(model, tokenizer, [sentences[i] for i in nonempty], **kwargs)
+        if nonempty
+        else ([], [])
+    )
+    scheme = model.settings.tag_scheme
+    for i in range(len(texts)):
+        results[i] = {"text": texts[i], "tokens": [], "tags": [], "entities": []}
+    for i, iob2, p in zip(nonempty, tags, probs):
+        results[i] = {
+            "text": texts[i],
+            "tokens": sentences[i],
+            "tags": from_iob2(iob2, scheme),
+            "entities": [] if scheme == "none" else entities(sentences[i], spans[i], texts[i], iob2, p),
+        }
+        if scheme == "none":
+            results[i]["scores"] = [round(float(x), 6) for x in p]
+    return results
+
+
+def read_inputs(args: NerPredictArguments, settings: NerSettings) -> tuple[list[int | None], list]:
+    """(line per input, inputs): each input is a raw text (str) or a token list.
+
+    ``args`` is resolved against the model (``--tokens_column`` is the training one unless given).
+    """
+    from ...data.readers import read_json, read_jsonl, read_text, row_location
+    from .conll import read_conll
+
+    path = Path(args.input_file)
+    if not path.is_file():
+        raise UserError(f"--input_file {path}: no such file")
+    fmt = args.input_format
+    suffix = path.suffix.lower()
+    if fmt == "auto":
+        fmt = "text" if suffix == ".txt" else "json" if suffix in RECORD_SUFFIXES else "conll"
+    if fmt == "text" and suffix not in RECORD_SUFFIXES:
+        lines = read_text(path, args.encoding).splitlines()
+        rows = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+        return [n for n, _ in rows], [line for _, line in rows]
+    spec = args.tokens_column
+    prefix = settings.token_prefix
+    if fmt in ("conll", "tokens") and suffix not in RECORD_SUFFIXES:
+        split = Split("predict", str(path), args.read_input(reader=read_conll))
+        sentences, _ = read_sentences(split, spec, None, prefix)
+        return list(split.dataset["_line"]), sentences
+    # JSON/JSONL: each record holds raw text or a token list (records may mix the two, so the
+    # records are read as they are, not as a table whose columns come from the first one).
+    records = (
+        read_jsonl(path, args.encoding) if suffix in (".jsonl", ".ndjson") else read_json(path, args.encoding)
+    )
+    token_fields = spec.split("|")
+    inputs: list = []
+    for i, record in enumerate(records):
+        text = record.get(args.text_column) if fmt != "tokens" else None
+        words = next((record[f] for f in token_fields if f in record), None)
+        if isinstance(text, str):
+            inputs.append(text)
+        elif isinstance(words, list) and words and all(isinstance(w, str) and w.strip() for w in words):
+            inputs.append([w[len(prefix) :] if prefix and w.startswith(prefix) else w for w in words])
+        else:
+            raise UserError(
+                f"{row_location(str(path), record.get('_line'), i)}: expected a {args.text_column!r} string or a "
+                f"non-empty {spec!r} list of token strings, found {sorted(k for k in record if k != '_line')}"
+            )
+    return [r.get("_line") for r in records], inputs
+
+
+def predict_file(args: NerPredictArguments) -> dict:
+    """Tag every input of ``input_file``; write JSONL (input order); return a summary.
+
+    Each line: ``{"line", "text", "tokens", "tags" (the training data's scheme), "entities":
+    [{"type", "text", "start", "end", "token_start", "token_end", "score"}]}``.
+
+    Example:
+        >>> predict_file(NerPredictArguments(model_dir="runs/ner", input_file="in.txt",
+        ...              output_file="tags.jsonl"))  # doctest: +SKIP
+    """
+    model, tokenizer = load_for_prediction(args, "ner")
+    lines, inputs = read_inputs(args, model.settings)
+    options = {
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+        "stride": args.window_stride,
+        "precision": args.precision,
+    }
+    results: list = [None] * len(inputs)
+    for kind, run in (("text", predict_texts), ("tokens", predict_tokens)):
+        chosen = [i for i, item in enumerate(inputs) if isinstance(item, str) == (kind == "text")]
+        if chosen:
+            for i, result in zip(chosen, run(model, tokenizer, [inputs[i] for i in chosen], **options)):
+                results[i] = result
+    records = [{"line": line, **result} for line, result in zip(lines, results)]
+    n_entities = sum(len(r["entities"]) for r in records)
+    write_predictions(args, records, f"predictions ({n_entities} entities)")
+    return {"predictions": len(records), "entities": n_entities}

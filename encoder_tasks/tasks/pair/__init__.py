@@ -1,0 +1,43 @@
+"""Cross-encoders: both texts of a pair in one input, a label (paraphrase, NLI) or a score out.
+
+This is the classification task with pair defaults, not a copy of it: :class:`PairTask`
+inherits every hook of :class:`~encoder_tasks.tasks.classification.ClassificationTask` (the
+same preprocessing, where ``tokenizer(text, text_pair)`` gives segment ids to the encoders
+that have them; the same metrics, accuracy and F1 or Pearson and Spearman; the same settings,
+``predict`` and stock export) and changes only its flags' defaults (``args.py``) and the
+name its head is saved under (``model.py``).
+
+Example:
+    >>> task = PairTask()
+    >>> task.name, task.Arguments().text_pair_column
+    ('pair', 'sentence2|text2|hypothesis|question2|positive')
+"""
+
+from __future__ import annotations
+
+from ..classification import ClassificationTask
+from .args import PairArguments
+
+__all__ = ["PairArguments", "PairClassifier", "PairTask"]
+
+
+class PairTask(ClassificationTask):
+    """``encoder-tasks pair ...``: classification's hooks, pair flags, a ``pair`` head."""
+
+    name = "pair"
+    summary = "Cross-encoder: a label (paraphrase, NLI) or a similarity score for a pair of texts."
+    Arguments = PairArguments
+
+    def head_class(self) -> type:
+        from .model import PairClassifier
+
+        return PairClassifier
+
+
+def __getattr__(name: str):
+    # Models saved in format 1 name their head "encoder_tasks.tasks.pair:PairClassifier".
+    if name == "PairClassifier":
+        from .model import PairClassifier
+
+        return PairClassifier
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,164 @@
+"""``compute_metrics`` for QA: windows back into questions, post-processed, officially scored.
+
+Example:
+    >>> score_predictions({"q": ["Paris"]}, {"q": "paris"}, None, "squad")["exact"]
+    100.0
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import defaultdict
+
+import numpy as np
+
+from ...errors import UserError
+from .evaluation import cmrc2018_scores, squad_v1_scores, squad_v2_scores
+from .scoring import postprocess_example
+
+logger = logging.getLogger(__name__)
+
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+CMRC_HAS_NO_V2 = "--metric cmrc2018 scores answerable questions only; it has no v2.0 'no answer' mode"
+
+
+def looks_chinese(contexts: list[str], sample: int = 200) -> bool:
+    """True when most non-space characters of (a sample of) the contexts are Chinese.
+
+    Example:
+        >>> looks_chinese(["北京是中国的首都。"]), looks_chinese(["Paris is big."])
+        (True, False)
+    """
+    text = "".join(contexts[:sample])
+    chars = [c for c in text if not c.isspace()]
+    return bool(chars) and len(_CJK.findall(text)) / len(chars) > 0.3
+
+
+def resolve_metric(metric: str, contexts: list[str] | None, version_2_with_negative: bool) -> str:
+    """``squad`` or ``cmrc2018`` for ``--metric`` (``auto`` looks at the evaluation contexts)."""
+    if metric == "auto":
+        metric = "cmrc2018" if contexts is not None and looks_chinese(contexts) else "squad"
+    if metric == "cmrc2018" and version_2_with_negative:
+        raise UserError(CMRC_HAS_NO_V2)
+    return metric
+
+
+def score_predictions(
+    golds: dict[str, list[str]],
+    best_spans_by_id: dict[str, str],
+    null_diffs: dict[str, float] | None,
+    metric: str,
+    null_threshold: float = 0.0,
+) -> dict:
+    """Official scores: v1.1 (no null diffs), v2.0 (with them), or CMRC 2018.
+
+    For v2.0 ``best_spans_by_id`` holds the best *span* of each question before the
+    no-answer decision and ``null_diffs`` the no-answer scores: the official script's
+    threshold is applied to them, and its best-threshold search sees every question's span.
+    """
+    if metric == "cmrc2018":
+        if null_diffs is not None:
+            raise UserError(CMRC_HAS_NO_V2)
+        return cmrc2018_scores(golds, best_spans_by_id)
+    if null_diffs is None:
+        return squad_v1_scores(golds, best_spans_by_id)
+    return squad_v2_scores(golds, best_spans_by_id, null_diffs, na_prob_thresh=null_threshold)
+
+
+class QAEvaluator:
+    """``compute_metrics`` for QA.
+
+    The Trainer hands it ``predictions = (start_logits, end_logits)`` and, as ``label_ids``,
+    the index of the window each row came from (see
+    :class:`~encoder_tasks.tasks.qa.trainer.QATrainer`). Rows may come in any order
+    (length-sorted evaluation) and some twice (the tail a multi-process gather repeats): each
+    window is taken once, grouped by question, and every question is scored exactly once
+    (``eval_total`` equals the number of questions; ``eval_missing`` counts questions no
+    window came back for, scored as wrong).
+
+    ``settings`` (a :class:`~encoder_tasks.tasks.qa.args.QASettings`) gives the span search
+    sizes, the v2.0 mode and the threshold; ``metric`` is ``squad`` or ``cmrc2018``.
+    """
+
+    def __init__(self, examples, windows, settings, metric: str = "squad"):
+        self.examples = examples
+        self.windows = windows
+        self.settings = settings
+        self.metric = metric
+        self.last_predictions: dict[str, dict] = {}
+        self.last_counts: dict[str, int] = {}
+        self._rows: dict[int, int] = {}
+
+    def assemble(self, window_ids) -> dict[int, list[int]]:
+        """Windows of each question (by example index), each window taken once."""
+        rows_by_window: dict[int, int] = {}
+        duplicates = 0
+        for row, window in enumerate(np.asarray(window_ids).reshape(-1).tolist()):
+            if window < 0 or window >= len(self.windows):
+                continue  # padding rows
+            if window in rows_by_window:
+                duplicates += 1
+                continue
+            rows_by_window[window] = row
+        by_example: dict[int, list[int]] = defaultdict(list)
+        for window in sorted(rows_by_window):
+            by_example[self.windows.example_index[window]].append(window)
+        self.last_counts = {
+            "windows": len(self.windows),
+            "windows_seen": len(rows_by_window),
+            "duplicate_rows": duplicates,
+        }
+        self._rows = rows_by_window
+        return by_example
+
+    def predict(self, start_logits, end_logits, window_ids) -> dict[int, dict]:
+        """The post-processed answer of every question some window came back for."""
+        start_logits = np.asarray(start_logits)
+        end_logits = np.asarray(end_logits)
+        by_example = self.assemble(window_ids)
+        s = self.settings
+        results = {}
+        for example, windows in by_example.items():
+            parts = []
+            for window in windows:
+                row = self._rows[window]
+                n = len(self.windows.offsets[window])
+                parts.append(
+                    (
+                        start_logits[row, :n],
+                        end_logits[row, :n],
+                        self.windows.offsets[window],
+                        self.windows.null_index[window],
+                    )
+                )
+            results[example] = postprocess_example(
+                self.examples.contexts[example],
+                parts,
+                max_answer_length=s.max_answer_length,
+                n_best=s.n_best,
+                version_2_with_negative=s.version_2_with_negative,
+                null_threshold=s.null_threshold,
+            )
+        return results
+
+    def __call__(self, eval_pred) -> dict:
+        start_logits, end_logits = eval_pred.predictions[:2]
+        results = self.predict(start_logits, end_logits, eval_pred.label_ids)
+        missing = len(self.examples) - len(results)
+        if missing:
+            logger.warning(
+                "%d of %d questions got no prediction back; scored as wrong", missing, len(self.examples)
+            )
+        # Keys are row numbers, so repeated ids in a file never merge two questions.
+        golds = {str(i): list(a["text"]) for i, a in enumerate(self.examples.answers)}
+        v2 = self.settings.version_2_with_negative
+        if v2:
+            spans = {str(i): r["best_span"] for i, r in results.items()}
+            diffs = {str(i): r["null_score_diff"] for i, r in results.items()}
+        else:
+            spans = {str(i): r["answer"] for i, r in results.items()}
+            diffs = None
+        metrics = score_predictions(golds, spans, diffs, self.metric, self.settings.null_threshold)
+        self.last_predictions = {self.examples.ids[i]: r for i, r in results.items()}
+        return metrics

@@ -1,0 +1,110 @@
+"""The task contract holds: every task is a Task object, the shared code never probes tasks,
+and a new task is one package plus one registry line (the toy task in tests/assets)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from encoder_tasks.cli import main
+from encoder_tasks.config import PredictArguments
+from encoder_tasks.registry import TASKS
+from encoder_tasks.task import SETTINGS_FORMAT, Task, TaskSettings
+from tests.assets.toy_task import ToyTask
+from tests.conftest import FAST_TRAINING, write
+
+PACKAGE = Path(__file__).resolve().parents[2] / "encoder_tasks"
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_task_is_a_task_object_with_typed_settings(name):
+    task = TASKS[name]
+    assert isinstance(task, Task) and task.name == name and task.summary
+    assert dataclasses.is_dataclass(task.Arguments)
+    assert issubclass(task.PredictArguments, PredictArguments)
+    assert issubclass(task.Settings, TaskSettings) and task.Settings.__dataclass_params__.frozen
+    assert task.objectives and all(m.startswith("eval_") for m in task.objectives)
+    # Settings round-trip through the file format.
+    settings = task.Settings()
+    assert task.load_settings({"format_version": SETTINGS_FORMAT, "settings": settings.to_dict()}) == settings
+
+
+def test_shared_code_never_probes_a_task():
+    for module in ("run.py", "cli.py", "hpo.py", "predict.py"):
+        source = (PACKAGE / module).read_text(encoding="utf-8")
+        assert not re.search(r"(getattr|hasattr)\(\s*task\b", source), module
+
+
+def test_shared_code_never_imports_a_task_package():
+    shared = [p for p in PACKAGE.rglob("*.py") if "tasks" not in p.relative_to(PACKAGE).parts]
+    for path in shared:
+        if path.relative_to(PACKAGE).as_posix() in ("registry.py", "__init__.py"):
+            continue  # the one list of tasks, and the public names (lazily imported)
+        source = path.read_text(encoding="utf-8")
+        imports = re.compile(
+            r"^\s*(from\s+(\.+tasks|encoder_tasks\.tasks)\b|import\s+encoder_tasks\.tasks\b)", re.M
+        )
+        assert not imports.search(source) and 'import_module("encoder_tasks.tasks' not in source, path
+
+
+def test_settings_from_a_newer_format_are_refused():
+    from encoder_tasks.errors import UserError
+
+    with pytest.raises(UserError, match="format 99 is newer"):
+        TASKS["classification"].load_settings({"format_version": 99})
+
+
+def test_unknown_keys_survive_a_round_trip():
+    settings = TaskSettings.from_dict({"max_length": 64, "from_the_future": [1, 2]})
+    assert settings.max_length == 64 and settings.to_dict()["from_the_future"] == [1, 2]
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """Register the toy task the way a new task is added: one registry line."""
+    monkeypatch.setitem(TASKS, "toy", ToyTask())
+
+
+def test_a_new_task_is_one_package_and_one_registry_line(toy, tiny_bert, tmp_path, capsys):
+    rows = ["the movie was good", "bad acting", "a good day", "nothing here", "good good", "dull"] * 4
+    train = write(tmp_path / "train.csv", "text\n" + "\n".join(rows) + "\n")
+    run = tmp_path / "run"
+    argv = ["toy", "train", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
+    assert (
+        main(
+            [
+                *argv,
+                "--validation_file",
+                str(train),
+                "--output_dir",
+                str(run),
+                "--max_length",
+                "12",
+                *FAST_TRAINING,
+            ]
+        )
+        == 0
+    )
+    saved = json.loads((run / "encoder_tasks.json").read_text())
+    assert saved["format_version"] == SETTINGS_FORMAT and saved["task"] == "toy"
+    assert saved["settings"]["keyword"] == "good" and saved["settings"]["max_length"] == 12
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert "eval_accuracy" in metrics
+
+    # evaluate and predict run through the shared code with the saved settings.
+    assert main(["toy", "evaluate", "--model_name_or_path", str(run), "--validation_file", str(train)]) == 0
+    evaluated = json.loads((run / "eval" / "train.json").read_text())
+    assert evaluated["eval_accuracy"] == pytest.approx(metrics["eval_accuracy"])
+    out = tmp_path / "predictions.jsonl"
+    argv = ["toy", "predict", "--model_dir", str(run), "--input_file", str(train), "--output_file", str(out)]
+    assert main(argv) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == len(rows) and set(records[0]) == {"line", "text", "mentions"}
+    assert "wrote 24 predictions" in capsys.readouterr().out
+    # ... and refuses to overwrite the predictions it wrote.
+    assert main(argv) == 2
+    assert "already exists" in capsys.readouterr().err
