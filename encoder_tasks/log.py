@@ -6,6 +6,7 @@ Example:
     >>> configure_logging()
     >>> logging.getLogger("encoder_tasks.example").info("wrote %d predictions", 3)
     [encoder-tasks] wrote 3 predictions
+    >>> logging.getLogger("encoder_tasks").handlers.clear()  # a library leaves logging to its caller
 """
 
 from __future__ import annotations

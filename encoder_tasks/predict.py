@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .errors import UserError
+from .errors import UserError, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +38,7 @@ def autocast_for(device: torch.device | str, precision: str = "auto"):
     """
     from .training_args import native_bf16_available
 
-    if precision not in PRECISIONS:
-        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, found {precision!r}")
+    check_choice("precision", precision, PRECISIONS)
     device = torch.device(device)
     use_bf16 = precision == "bf16" or (
         precision == "auto" and native_bf16_available(use_cpu=device.type == "cpu")
@@ -66,27 +65,31 @@ def inference_device() -> torch.device:
     return torch.device("cpu")
 
 
-def load_for_prediction(args, task_name: str, settings_skip: tuple[str, ...] = ()):
+def load_for_prediction(
+    args, task_name: str, settings_skip: tuple[str, ...] = (), load: Callable[[str], Any] | None = None
+):
     """Check ``args``, load the saved model and its tokenizer, fill unset flags from the saved
     settings, and move the model to :func:`inference_device`. Returns ``(model, tokenizer)``.
 
     Fails before loading anything on missing or clashing paths (``args.check()``), and on a
-    model saved by another task.
+    model saved by another task. ``load(path)`` replaces the loader where a task also accepts
+    models it did not save (embedding: any encoder, sentence-transformers folders).
     """
-    from .backbone import load_tokenizer
+    from .backbone import load_tokenizer, resolve_model_path
     from .heads import EncoderWithHead
     from .settings import resolve
 
     args.check()
     if args.disable_tqdm:  # every progress bar reads this
         os.environ["ENCODER_TASKS_DISABLE_TQDM"] = "1"
-    model = EncoderWithHead.from_pretrained(args.model_dir)
+    path = resolve_model_path(args.model_dir)
+    model = (load or EncoderWithHead.from_pretrained)(path)
     if model.task != task_name:
         raise UserError(
             f"{args.model_dir} holds a {model.task!r} model; use `encoder-tasks {model.task} predict`"
         )
     resolve(args, model.settings, skip=settings_skip)
-    tokenizer = load_tokenizer(args.model_dir)
+    tokenizer = load_tokenizer(path)
     model.to(inference_device())
     return model, tokenizer
 

@@ -18,7 +18,7 @@ def resolve_column(split, spec: str | None, what: str, required: bool = True, fl
         >>> resolve_column(split, "label", "label")
         Traceback (most recent call last):
         ...
-        encoder_tasks.errors.UserError: train.csv: no label column 'label'; found columns ['sentence']. Pass --label_column with one of them
+        encoder_tasks.errors.UserError: train.csv: no label column 'label'; found columns ['sentence']. Pass --label_column with one of them (or --column_names for a file without a header)
     """
     from ..errors import UserError
 

@@ -215,7 +215,7 @@ def read_file(
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "train.csv"
         >>> _ = p.write_text("text,label\\ngood film,pos\\nbad film,neg\\n")
         >>> ds = read_file(p)
-        >>> ds["text"], ds["_line"]
+        >>> list(ds["text"]), list(ds["_line"])
         (['good film', 'bad film'], [2, 3])
     """
     path = Path(path)

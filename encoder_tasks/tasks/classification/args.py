@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import PredictArguments
-from ...errors import UserError
+from ...errors import UserError, check_choice
 from ...task import TaskSettings
 
 PROBLEM_TYPES = ("auto", "single_label", "multi_label", "regression")
@@ -73,10 +73,7 @@ class ClassificationArguments:
     )
 
     def __post_init__(self):
-        if self.problem_type not in PROBLEM_TYPES:
-            raise UserError(
-                f"--problem_type must be one of {', '.join(PROBLEM_TYPES)}, found {self.problem_type!r}"
-            )
+        check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
         check_long_text(self.long_text)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...config import PredictArguments
-from ...errors import UserError
+from ...errors import UserError, check_choice
 from ...task import TaskSettings
 
 LOSSES = ("mnrl", "cosent", "cosine")
@@ -122,14 +122,8 @@ class EmbeddingArguments:
     def __post_init__(self):
         if self.loss not in ("auto", *LOSSES, "infonce"):
             raise UserError(f"--loss must be one of auto, {', '.join(LOSSES)}, infonce; found {self.loss!r}")
-        if self.evaluation not in EVALUATIONS:
-            raise UserError(
-                f"--evaluation must be one of {', '.join(EVALUATIONS)}, found {self.evaluation!r}"
-            )
-        if self.batch_sampler not in SAMPLERS:
-            raise UserError(
-                f"--batch_sampler must be one of {', '.join(SAMPLERS)}, found {self.batch_sampler!r}"
-            )
+        check_choice("evaluation", self.evaluation, EVALUATIONS)
+        check_choice("batch_sampler", self.batch_sampler, SAMPLERS)
         if self.pooling not in POOLINGS:
             raise UserError(f"pooling must be one of {', '.join(POOLINGS)}, found {self.pooling!r}")
         parse_ks(self.retrieval_k)

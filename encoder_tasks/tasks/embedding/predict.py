@@ -9,7 +9,6 @@ apply to every forward pass.
 from __future__ import annotations
 
 import logging
-import os
 
 import numpy as np
 
@@ -27,21 +26,11 @@ def load_model(args, settings_skip: tuple[str, ...] = ()):
         >>> model, tokenizer = load_model(EmbeddingPredictArguments(model_dir="runs/emb",
         ...     input_file="pairs.tsv", output_file="scores.jsonl"))  # doctest: +SKIP
     """
-    from ...backbone import load_tokenizer, read_task_metadata, resolve_model_path
-    from ...predict import inference_device, load_for_prediction
-    from ...settings import resolve
+    from ...predict import load_for_prediction
     from .model import load_bi_encoder
 
-    args.check()
-    path = resolve_model_path(args.model_dir)
-    if read_task_metadata(path) is not None:  # a run saved by encoder-tasks
-        return load_for_prediction(args, "embedding", settings_skip)
-    # Any encoder (mean pooling) or a sentence-transformers folder (its own pooling).
-    if args.disable_tqdm:
-        os.environ["ENCODER_TASKS_DISABLE_TQDM"] = "1"
-    model = load_bi_encoder(path)
-    resolve(args, model.settings, skip=settings_skip)
-    return model.to(inference_device()), load_tokenizer(path)
+    # A saved run, any encoder (mean pooling) or a sentence-transformers folder (its own pooling).
+    return load_for_prediction(args, "embedding", settings_skip, load=load_bi_encoder)
 
 
 def encode_for(args, model, tokenizer, texts) -> np.ndarray:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import PredictArguments
-from ...errors import UserError
+from ...errors import UserError, check_choice
 from ...task import TaskSettings
 from .schemes import SCHEME_HELP, check_scheme
 
@@ -32,12 +32,6 @@ CHOICES = {
     "tokenization": ("auto", "word", "char"),
 }
 INPUT_FORMATS = ("auto", "text", "tokens", "conll")
-
-
-def _check_choices(args, choices: Mapping[str, tuple[str, ...]]) -> None:
-    for name, allowed in choices.items():
-        if getattr(args, name) not in allowed:
-            raise UserError(f"--{name} must be one of {', '.join(allowed)}, found {getattr(args, name)!r}")
 
 
 @dataclass
@@ -131,7 +125,8 @@ class NerArguments:
 
     def __post_init__(self):
         self.tag_scheme = check_scheme(self.tag_scheme)
-        _check_choices(self, CHOICES)
+        for name, allowed in CHOICES.items():
+            check_choice(name, getattr(self, name), allowed)
         if self.window_stride < 0:
             raise UserError(f"--window_stride must be 0 or more, found {self.window_stride}")
 

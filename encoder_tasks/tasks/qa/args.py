@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...config import PredictArguments
-from ...errors import UserError
+from ...errors import UserError, check_choice
 from ...task import TaskSettings
 
 METRICS = ("auto", "squad", "cmrc2018")
@@ -22,11 +22,6 @@ CONTEXT_POSITIONS = ("auto", "first", "second")
 ANSWER_CHECKS = ("fix", "skip", "error")
 #: Window and span-search sizes: each name is a flag and a saved setting, with its lower bound.
 WINDOW_MINIMUMS = {"doc_stride": 0, "max_question_length": 1, "max_answer_length": 1, "n_best": 1}
-
-
-def _check_choice(flag: str, value, choices) -> None:
-    if value not in choices:
-        raise UserError(f"--{flag} must be one of {', '.join(choices)}, found {value!r}")
 
 
 def _check_minimums(args) -> None:
@@ -134,9 +129,9 @@ class QAArguments:
     )
 
     def __post_init__(self):
-        _check_choice("answer_check", self.answer_check, ANSWER_CHECKS)
-        _check_choice("metric", self.metric, METRICS)
-        _check_choice("context_position", self.context_position, CONTEXT_POSITIONS)
+        check_choice("answer_check", self.answer_check, ANSWER_CHECKS)
+        check_choice("metric", self.metric, METRICS)
+        check_choice("context_position", self.context_position, CONTEXT_POSITIONS)
         _check_minimums(self)
 
 
