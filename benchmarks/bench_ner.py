@@ -91,7 +91,7 @@ def sizes(dataset: str, limit: int | None) -> tuple[int, int]:
 
 def load(dataset: str, seed: int, limit: int | None = None):
     """The seeded training subset and the evaluation sentences (tokens, tags), as run.py picks them."""
-    from encoder_tasks.data.conll import read_conll
+    from encoder_tasks.tasks.ner.conll import read_conll
 
     _, train_file, eval_file, prefix, _, _ = DATASETS[dataset]
     n_train, n_eval = sizes(dataset, limit)
@@ -225,12 +225,13 @@ def worker_stock(args) -> dict:
 
 
 def worker_toolkit(args) -> dict:
-    from encoder_tasks.tag_schemes import from_iob2
-
     from encoder_tasks import run
     from encoder_tasks.backbone import load_tokenizer
     from encoder_tasks.config import DataArguments, ModelArguments, parse_args
-    from encoder_tasks.tasks import ner
+    from encoder_tasks.tasks.ner import NerArguments
+    from encoder_tasks.tasks.ner.model import TokenTagger
+    from encoder_tasks.tasks.ner.predict import predict_sentences
+    from encoder_tasks.tasks.ner.schemes import from_iob2
     from encoder_tasks.training_args import EncoderTrainingArguments
 
     recipe = DATASETS[args.dataset][0]
@@ -253,19 +254,19 @@ def worker_toolkit(args) -> dict:
         "--crf", "true" if args.worker == "toolkit-crf" else "false",
     ]  # fmt: skip
     model_args, data_args, task_args, train_args = parse_args(
-        [ModelArguments, DataArguments, ner.Arguments, EncoderTrainingArguments], flags
+        [ModelArguments, DataArguments, NerArguments, EncoderTrainingArguments], flags
     )
     peak = matmul_peak_flops(toolkit_precision(train_args))
     metrics = run.train("ner", model_args, data_args, task_args, train_args)
     # Score the saved model's predictions the same way as the stock run's.
-    model = ner.TokenTagger.from_pretrained(out)
+    model = TokenTagger.from_pretrained(out)
     tokenizer = load_tokenizer(str(out))
     _, (dev_tokens, dev_tags) = load(args.dataset, args.seed, args.limit)
-    ner.predict_sentences(model, tokenizer, dev_tokens[:8], max_length=MAX_LEN)  # warm-up
+    predict_sentences(model, tokenizer, dev_tokens[:8], max_length=MAX_LEN)  # warm-up
     start = time.perf_counter()
-    iob2, _ = ner.predict_sentences(model, tokenizer, dev_tokens, max_length=MAX_LEN)
+    iob2, _ = predict_sentences(model, tokenizer, dev_tokens, max_length=MAX_LEN)
     predict_s = time.perf_counter() - start
-    scheme = model.metadata["tag_scheme"]
+    scheme = model.settings.tag_scheme
     predictions = [from_iob2(tags, scheme) for tags in iob2]
     result = score(dev_tags, predictions)
     runtime = metrics["train_runtime"]
@@ -288,8 +289,8 @@ def worker_toolkit(args) -> dict:
         **speed_fields("train", n_tokens, runtime, config, n_tokens / args.epochs / n_train, peak),
         **speed_fields("predict", dev_real, predict_s, config, dev_real / len(dev_tokens), peak),
         "matmul_peak_gflops": peak / 1e9,
-        "labels": len(model.metadata["label_names"]),
-        "added_characters": model.metadata.get("added_characters", 0),
+        "labels": len(model.settings.label_names),
+        "added_characters": model.settings.added_characters,
         "mixed_precision": train_args.mixed_precision,
         "peak_rss_mib": peak_rss_mib(),
     }

@@ -176,7 +176,7 @@ def _toolkit_flags(recipe: str, out: Path, args, extra=()) -> list[str]:
 def worker_toolkit(args) -> dict:
     from encoder_tasks import run
     from encoder_tasks.config import DataArguments, ModelArguments, parse_args
-    from encoder_tasks.tasks import pair
+    from encoder_tasks.tasks.pair import PairArguments
     from encoder_tasks.training_args import EncoderTrainingArguments
 
     out = Path(tempfile.mkdtemp()) / "run"
@@ -184,7 +184,7 @@ def worker_toolkit(args) -> dict:
     if args.worker == "toolkit-b8":  # the stock run's hyperparameters: batch 8, no warm-up
         extra += ["--per_device_train_batch_size", "8", "--warmup_steps", "0"]
     flags = _toolkit_flags("recipes/pair/default.yaml", out, args, extra)
-    parsed = parse_args([ModelArguments, DataArguments, pair.Arguments, EncoderTrainingArguments], flags)
+    parsed = parse_args([ModelArguments, DataArguments, PairArguments, EncoderTrainingArguments], flags)
     peak = matmul_peak_flops(toolkit_precision(parsed[-1]))
     metrics = run.train("pair", *parsed)
     from transformers import AutoConfig, AutoTokenizer
@@ -214,12 +214,14 @@ def worker_toolkit(args) -> dict:
 
 
 def worker_bi_encoder(args) -> dict:
-    from encoder_tasks.tasks.embedding_eval import evaluate_embeddings, retrieval_corpus
+    import datasets
 
     from encoder_tasks import run
     from encoder_tasks.backbone import load_tokenizer
     from encoder_tasks.config import DataArguments, ModelArguments, parse_args
-    from encoder_tasks.tasks import embedding
+    from encoder_tasks.tasks.embedding import EmbeddingArguments, EmbeddingSettings
+    from encoder_tasks.tasks.embedding.evaluation import evaluate_embeddings, retrieval_corpus
+    from encoder_tasks.tasks.embedding.model import load_bi_encoder
     from encoder_tasks.training_args import EncoderTrainingArguments
 
     test = read_sts(TEST, args.test_samples)
@@ -227,11 +229,11 @@ def worker_bi_encoder(args) -> dict:
     scores = [float(s) for s in test["score"]]
     queries, corpus, _, _ = retrieval_corpus(anchors, positives, scores, MIN_SCORE)
     eval_set = test.rename_columns({"sentence1": "anchor", "sentence2": "positive"})
-    eval_set = eval_set.cast_column("score", __import__("datasets").Value("float64"))
-    meta = {"evaluation_mode": "both", "positive_min_score": MIN_SCORE, "retrieval_k": [1, 5, 10]}
+    eval_set = eval_set.cast_column("score", datasets.Value("float64"))
+    settings = EmbeddingSettings(evaluation_mode="both", positive_min_score=MIN_SCORE, retrieval_k="1,5,10")
     rows = {}
-    base = embedding.load_bi_encoder(MINILM)
-    rows["MiniLM as shipped"] = evaluate_embeddings(base, load_tokenizer(MINILM), eval_set, meta)
+    base = load_bi_encoder(MINILM)
+    rows["MiniLM as shipped"] = evaluate_embeddings(base, load_tokenizer(MINILM), eval_set, settings)
     recipes = {
         "fine-tuned, CoSENT": ("recipes/embedding/default.yaml", ["--num_train_epochs", str(args.bi_epochs)]),
         # every training pair scored >= 4 (the subset flag would drop most of them first)
@@ -245,7 +247,7 @@ def worker_bi_encoder(args) -> dict:
         extra = [*extra, "--evaluation", "both", "--positive_min_score", str(MIN_SCORE)]
         flags = _toolkit_flags(recipe, out, args, extra)
         parsed = parse_args(
-            [ModelArguments, DataArguments, embedding.Arguments, EncoderTrainingArguments], flags
+            [ModelArguments, DataArguments, EmbeddingArguments, EncoderTrainingArguments], flags
         )
         metrics = run.train("embedding", *parsed)
         rows[name] = {k[len("eval_") :]: v for k, v in metrics.items() if k.startswith("eval_")}

@@ -24,7 +24,7 @@ Contenders:
 - ``toolkit-bf16`` (optional): the same with the toolkit's default ``--mixed_precision auto``
   (bf16 autocast on CPUs that run it natively).
 
-Both are scored with :mod:`encoder_tasks.squad_metrics` (the official SQuAD v1.1/v2.0 and
+Both are scored with :mod:`encoder_tasks.tasks.qa.evaluation` (the official SQuAD v1.1/v2.0 and
 CMRC 2018 formulas; ``evaluate.load`` would download its scripts from the Hub). Reported:
 EM/F1 (v2: also best F1 and its threshold), training real (non-padding) tokens per second,
 evaluation seconds.
@@ -85,14 +85,14 @@ ARGS = argparse.Namespace(max_seq_length=384, doc_stride=128)  # set from the co
 
 def load_suite(suite: dict, args):
     """The exact training subset and evaluation set the toolkit's CLI uses (same seed, same order)."""
-    from encoder_tasks.data.squad import read_squad, split_by_article
+    from encoder_tasks.tasks.qa.reading import read_squad, split_by_article
 
     train = read_squad(DATA / suite["train"])
     if suite.get("split_by_article"):
         train, evaluation = split_by_article(train, suite["split_by_article"], seed=42)
     else:
         evaluation = read_squad(DATA / suite["eval"])
-    # as encoder_tasks.run._limit_splits: a seeded shuffle for training, the first N for evaluation
+    # as encoder_tasks.run.load_task_splits: a seeded shuffle for training, the first N for evaluation
     if args.train_samples < len(train):
         train = train.shuffle(seed=args.seed).select(range(args.train_samples))
     n_eval = args.eval_samples if args.eval_samples is not None else suite["eval_samples"]
@@ -102,7 +102,7 @@ def load_suite(suite: dict, args):
 
 
 def score(suite, evaluation, predictions, null_diffs=None):
-    from encoder_tasks.squad_metrics import cmrc2018_scores, squad_v1_scores, squad_v2_scores
+    from encoder_tasks.tasks.qa.evaluation import cmrc2018_scores, squad_v1_scores, squad_v2_scores
 
     golds = {qid: list(a["text"]) for qid, a in zip(evaluation["id"], evaluation["answers"])}
     if suite["metric"] == "cmrc2018":

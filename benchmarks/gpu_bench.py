@@ -63,7 +63,7 @@ def main() -> None:
 
     from encoder_tasks.backbone import resolve_model_path
     from encoder_tasks.collators import PaddingCollator
-    from encoder_tasks.tasks.classification import SequenceClassifier
+    from encoder_tasks.tasks.classification.model import SequenceClassifier
     from encoder_tasks.trainer import EncoderTaskTrainer
     from encoder_tasks.training_args import EncoderTrainingArguments
 

@@ -121,7 +121,6 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> Path | None:
         reason = incomplete_reason(candidate)
         if reason is None:
             return candidate
-        logger.warning("%s is incomplete, %s: skipped", candidate, reason)
         logger.info("skipping incomplete checkpoint %s: %s", candidate, reason)
     return None
 

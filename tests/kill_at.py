@@ -1,6 +1,6 @@
 """Run the real CLI and SIGKILL it at an exact point (a test helper, not user-facing code).
 
-    python tests/recipes/kill_at.py POINT STEP <encoder-tasks arguments...>
+    python tests/kill_at.py POINT STEP <encoder-tasks arguments...>
 
 POINT is one of
 - ``step``: as training step STEP begins (between checkpoints),
@@ -83,7 +83,9 @@ def install(point: str, step: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    # The checkout instead of this script's folder: tests/multiprocess/ would shadow the
+    # `multiprocess` package that datasets imports.
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
     kill_point, kill_step, cli_args = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     install(kill_point, kill_step)
     from encoder_tasks.cli import main

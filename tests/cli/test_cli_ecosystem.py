@@ -9,16 +9,9 @@ from safetensors.torch import load_file
 
 from encoder_tasks.cli import main
 from encoder_tasks.heads import EncoderWithHead
-from tests.conftest import write
+from tests.helpers import evaluate_argv, predict_argv, read_json, read_jsonl, train_argv, write
+from tests.samples import REVIEWS, REVIEWS_CSV, conll, csv_rows, squad_json
 
-ROWS = [
-    "the film was good and fun,pos",
-    "the movie was bad and boring,neg",
-    "I love this great movie,pos",
-    "I hate this awful film,neg",
-]
-TRAIN = "text,label\n" + "\n".join(ROWS * 4) + "\n"
-OTHER = "text,label\n" + "\n".join(ROWS[:2]) + "\n"
 FAST = ["--num_train_epochs", "2", "--per_device_train_batch_size", "4", "--logging_steps", "1"]
 FAST += ["--report_to", "none", "--eval_strategy", "epoch", "--disable_tqdm", "true"]
 
@@ -26,30 +19,28 @@ FAST += ["--report_to", "none", "--eval_strategy", "epoch", "--disable_tqdm", "t
 @pytest.fixture
 def data(tmp_path):
     return (
-        write(tmp_path / "train.csv", TRAIN),
-        write(tmp_path / "dev.csv", TRAIN),
-        write(tmp_path / "other.csv", OTHER),
+        write(tmp_path / "train.csv", REVIEWS_CSV),
+        write(tmp_path / "dev.csv", REVIEWS_CSV),
+        write(tmp_path / "other.csv", csv_rows(REVIEWS[:2])),
     )
 
 
 def _train(model, data, out, *extra):
     train, dev, _ = data
-    argv = ["classification", "train", "--model_name_or_path", model, "--train_file", str(train)]
-    argv += ["--validation_file", str(dev), "--output_dir", str(out), *FAST, *extra]
-    assert main(argv) == 0
+    assert main(train_argv("classification", model, train, out, *FAST, *extra, validation=dev)) == 0
 
 
 def test_run_leaves_log_card_plots_and_compares_datasets(tiny_bert, data, tmp_path, capsys):
     out = tmp_path / "run"
     _train(tiny_bert, data, out, "--save_strategy", "no")
-    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    records = read_jsonl(out / "log.jsonl")
     assert (
         any("loss" in r for r in records) and sum("eval_accuracy" in r for r in records) == 3
     )  # 2 epochs + final
     assert all("step" in r and "epoch" in r for r in records)
 
     card = (out / "README.md").read_text()
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = read_json(out / "metrics.json")
     assert f"base_model: {tiny_bert}" in card
     assert "| learning_rate | 5e-05 |" in card and "| num_train_epochs | 2.0 |" in card
     assert f"| eval_accuracy | {metrics['eval_accuracy']:.4g} |" in card
@@ -65,21 +56,12 @@ def test_run_leaves_log_card_plots_and_compares_datasets(tiny_bert, data, tmp_pa
 
     _, dev, other = data
     capsys.readouterr()
-    argv = [
-        "classification",
-        "evaluate",
-        "--model_name_or_path",
-        str(out),
-        "--validation_file",
-        str(dev),
-        str(other),
-    ]
-    assert main(argv) == 0
+    assert main([*evaluate_argv("classification", out, dev), str(other)]) == 0
     printed = capsys.readouterr().out
     assert "side by side" in printed and "dev.csv" in printed and "other.csv" in printed
     table = (out / "eval" / "comparison.md").read_text()
     assert table.startswith("| metric | dev.csv | other.csv |") and "eval_accuracy" in table
-    assert json.loads((out / "eval" / "other.json").read_text())["data"].endswith("other.csv")
+    assert read_json(out / "eval" / "other.json")["data"].endswith("other.csv")
 
 
 def test_lora_run_reloads_from_checkpoint_and_final_model(tiny_bert, data, tmp_path):
@@ -88,7 +70,7 @@ def test_lora_run_reloads_from_checkpoint_and_final_model(tiny_bert, data, tmp_p
     _train(tiny_bert, data, out, "--lora_r", "4", "--learning_rate", "1e-3", "--save_strategy", "epoch")
     final = load_file(str(out / "model.safetensors"))
     assert not any("lora_" in k or "base_layer" in k for k in final)  # merged: a plain model
-    settings = json.loads((out / "encoder_tasks.json").read_text())["settings"]
+    settings = read_json(out / "encoder_tasks.json")["settings"]
     assert settings["lora"] is None and settings["lora_merged"].startswith("r=4")
     checkpoint = sorted(out.glob("checkpoint-*"))[-1]
     assert any("lora_A" in k for k in load_file(str(checkpoint / "model.safetensors")))
@@ -105,17 +87,15 @@ def test_lora_run_reloads_from_checkpoint_and_final_model(tiny_bert, data, tmp_p
         b = EncoderWithHead.from_pretrained(out)(**batch).logits
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     _, dev, _ = data
-    argv = ["classification", "predict", "--model_dir", str(out), "--input_file", str(dev)]
-    assert main([*argv, "--output_file", str(tmp_path / "p.jsonl")]) == 0
+    assert main(predict_argv("classification", out, dev, tmp_path / "p.jsonl")) == 0
     assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 16
 
 
 def test_lora_bad_target_is_a_user_error(tiny_bert, data, tmp_path, capsys):
     pytest.importorskip("peft")
     train, dev, _ = data
-    argv = ["classification", "train", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
-    argv += ["--output_dir", str(tmp_path / "x"), "--lora_r", "4", "--lora_target_modules", "nope", *FAST[:2]]
-    assert main(argv) == 2
+    flags = ["--lora_r", "4", "--lora_target_modules", "nope", *FAST[:2]]
+    assert main(train_argv("classification", tiny_bert, train, tmp_path / "x", *flags)) == 2
     assert "--lora_target_modules" in capsys.readouterr().err
 
 
@@ -123,19 +103,13 @@ def test_search_runs_trials_and_reports_the_best(tiny_bert, data, tmp_path, caps
     pytest.importorskip("optuna")
     train, dev, _ = data
     out = tmp_path / "search"
-    argv = ["classification", "search", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
-    argv += ["--validation_file", str(dev), "--output_dir", str(out), "--n_trials", "3"]
-    argv += [
-        "--search_learning_rate",
-        "1e-4,1e-2",
-        "--search_batch_size",
-        "4,8",
-        *FAST[:2],
-        "--report_to",
-        "none",
-    ]
-    assert main(argv) == 0
-    result = json.loads((out / "search_results.json").read_text())
+    flags = ["--n_trials", "3", "--search_learning_rate", "1e-4,1e-2", "--search_batch_size", "4,8"]
+    flags += [*FAST[:2], "--report_to", "none"]
+    assert (
+        main(train_argv("classification", tiny_bert, train, out, *flags, validation=dev, action="search"))
+        == 0
+    )
+    result = read_json(out / "search_results.json")
     assert result["metric"] == "eval_accuracy" and result["direction"] == "maximize"
     assert len(result["trials"]) == 3 and all(t["state"] == "COMPLETE" for t in result["trials"])
     values = [t["value"] for t in result["trials"]]
@@ -147,16 +121,15 @@ def test_search_runs_trials_and_reports_the_best(tiny_bert, data, tmp_path, caps
 
 def test_search_rejects_a_bad_range(tiny_bert, data, tmp_path, capsys):
     train, dev, _ = data
-    argv = ["classification", "search", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
-    argv += [
-        "--validation_file",
-        str(dev),
-        "--output_dir",
-        str(tmp_path / "s"),
-        "--search_learning_rate",
-        "1e-2,1e-4",
-    ]
-    assert main(argv) == 2
+    flags = ["--search_learning_rate", "1e-2,1e-4"]
+    assert (
+        main(
+            train_argv(
+                "classification", tiny_bert, train, tmp_path / "s", *flags, validation=dev, action="search"
+            )
+        )
+        == 2
+    )
     assert "low <= high" in capsys.readouterr().err
 
 
@@ -183,7 +156,7 @@ def test_lora_run_resumes_from_its_checkpoint(tiny_bert, data, tmp_path):
         "2",
         "--resume",
     )
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = read_json(out / "metrics.json")
     assert metrics["train_resumed_from_step"] == 4 and metrics["epoch"] == 2
     assert not any("lora_" in k for k in load_file(str(out / "model.safetensors")))
 
@@ -193,18 +166,11 @@ def test_search_works_for_tasks_with_their_own_trainer(tiny_bert, tmp_path, task
     """NER (CRF-aware metrics bound to the trainer) and QA (held-out articles, null threshold)."""
     pytest.importorskip("optuna")
     if task == "ner":
-        from tests.recipes.test_cli_ner import conll
-
-        data = ["--train_file", str(write(tmp_path / "train.conll", conll()))]
-        data += ["--validation_file", str(tmp_path / "train.conll"), "--crf", "true"]
+        data, flags = write(tmp_path / "train.conll", conll()), ["--crf", "true"]
     else:
-        from tests.recipes.test_cli_qa import squad_json
-
-        data = ["--train_file", str(write(tmp_path / "train.json", json.dumps(squad_json())))]
-        data += ["--validation_file", str(tmp_path / "train.json")]
+        data, flags = write(tmp_path / "train.json", json.dumps(squad_json())), []
     out = tmp_path / "search"
-    argv = [task, "search", "--model_name_or_path", tiny_bert, *data, "--output_dir", str(out)]
-    argv += [
+    flags += [
         "--n_trials",
         "2",
         "--num_train_epochs",
@@ -214,8 +180,8 @@ def test_search_works_for_tasks_with_their_own_trainer(tiny_bert, tmp_path, task
         "--report_to",
         "none",
     ]
-    assert main(argv) == 0
-    result = json.loads((out / "search_results.json").read_text())
+    assert main(train_argv(task, tiny_bert, data, out, *flags, validation=data, action="search")) == 0
+    result = read_json(out / "search_results.json")
     assert [t["state"] for t in result["trials"]] == ["COMPLETE", "COMPLETE"]
     assert (
         result["metric"] == {"ner": "eval_f1_strict", "qa": "eval_f1"}[task]
@@ -241,7 +207,7 @@ def test_export_command_writes_a_checked_stock_model(tiny_bert, tmp_path, capsys
     assert (
         f"exported classification model to {tmp_path / 'stock'} as transformers (checked: max |diff|" in out
     )
-    assert json.loads((tmp_path / "stock" / "config.json").read_text())["id2label"] == {
+    assert read_json(tmp_path / "stock" / "config.json")["id2label"] == {
         "0": "neg",
         "1": "pos",
     }

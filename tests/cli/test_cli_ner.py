@@ -6,27 +6,17 @@ import pytest
 import torch
 
 from encoder_tasks.cli import main
-from encoder_tasks.tasks.ner.schemes import from_iob2
-from tests.conftest import FAST_TRAINING, write
-
-SENTENCES = [
-    (["john", "smith", "lives", "in", "paris", "."], ["B-PER", "I-PER", "O", "O", "B-LOC", "O"]),
-    (
-        ["acme", "inc", "works", "in", "new", "york", "city"],
-        ["B-ORG", "I-ORG", "O", "O", "B-LOC", "I-LOC", "I-LOC"],
-    ),
-    (["the", "cat", "sat", "on", "the", "mat"], ["O"] * 6),
-    (["who", "lives", "in", "london", "?", "john", "does"], ["O", "O", "O", "B-LOC", "O", "B-PER", "O"]),
-]
-
-
-def conll(scheme="iob2", sentences=SENTENCES, separator="\t"):
-    blocks = []
-    for words, tags in sentences * 3:
-        tags = from_iob2(tags, scheme)
-        blocks.append("\n".join(f"{w}{separator}{t}" for w, t in zip(words, tags)))
-    return "-DOCSTART-\tO\n\n" + "\n\n".join(blocks) + "\n"
-
+from tests.helpers import (
+    FAST_TRAINING,
+    error_line,
+    evaluate_argv,
+    read_json,
+    run_predict,
+    run_train,
+    train_argv,
+    write,
+)
+from tests.samples import SENTENCES, conll
 
 FAST = [
     *FAST_TRAINING,
@@ -37,10 +27,6 @@ FAST = [
     "--mixed_precision",
     "no",
 ]
-
-
-def _read(path):
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.mark.parametrize(
@@ -59,56 +45,21 @@ def test_train_evaluate_predict(tiny_models, tmp_path, family, head, capsys):
     train = write(tmp_path / "train.conll", conll())
     out = tmp_path / "run"
     flags = ["--crf"] if head == "crf" else ["--label_subtokens", "all"]
-    argv = ["ner", "train", "--model_name_or_path", tiny_models[family], "--train_file", str(train)]
-    argv += ["--validation_file", str(train), "--output_dir", str(out), *FAST, *flags]
-    assert main(argv) == 0
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = run_train("ner", tiny_models[family], train, out, *FAST, *flags, validation=train)
     for key in ("eval_f1_strict", "eval_f1_lenient", "eval_precision_strict", "eval_recall_lenient"):
         assert 0.0 <= metrics[key] <= 1.0
     assert set(metrics["eval_per_type"]) <= {"PER", "LOC", "ORG"}
-    meta = json.loads((out / "encoder_tasks.json").read_text())
+    meta = read_json(out / "encoder_tasks.json")
     assert meta["format_version"] == 2 and meta["head_class"] == "encoder_tasks.tasks.ner.model:TokenTagger"
     assert meta["settings"]["label_names"] == ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
     assert meta["settings"]["crf"] is (head == "crf") and meta["settings"]["max_length"] == 8
 
-    assert (
-        main(
-            [
-                "ner",
-                "evaluate",
-                "--model_name_or_path",
-                str(out),
-                "--validation_file",
-                str(train),
-                "--max_length",
-                "8",
-                "--window_stride",
-                "2",
-            ]
-        )
-        == 0
-    )
-    again = json.loads((out / "eval" / "train.json").read_text())
+    assert main(evaluate_argv("ner", out, train, "--max_length", "8", "--window_stride", "2")) == 0
+    again = read_json(out / "eval" / "train.json")
     assert again["eval_f1_strict"] == pytest.approx(metrics["eval_f1_strict"])
 
     texts = write(tmp_path / "in.txt", "john smith lives in new york city.\n\nacme inc works in paris\n")
-    preds = tmp_path / "preds.jsonl"
-    assert (
-        main(
-            [
-                "ner",
-                "predict",
-                "--model_dir",
-                str(out),
-                "--input_file",
-                str(texts),
-                "--output_file",
-                str(preds),
-            ]
-        )
-        == 0
-    )
-    rows = _read(preds)
+    rows = run_predict("ner", out, texts, tmp_path / "preds.jsonl")
     assert [r["line"] for r in rows] == [1, 3]
     assert rows[0]["tokens"] == ["john", "smith", "lives", "in", "new", "york", "city", "."]
     for row in rows:
@@ -121,61 +72,12 @@ def test_train_evaluate_predict(tiny_models, tmp_path, family, head, capsys):
 def test_bioes_input_is_predicted_back_in_bioes_from_conll(tiny_bert, tmp_path):
     train = write(tmp_path / "train.bioes", conll("bioes", separator=" "))
     out = tmp_path / "run"
-    assert (
-        main(
-            [
-                "ner",
-                "train",
-                "--model_name_or_path",
-                tiny_bert,
-                "--train_file",
-                str(train),
-                "--output_dir",
-                str(out),
-                *FAST,
-                "--num_train_epochs",
-                "3",
-                "--head_learning_rate",
-                "0.05",
-            ]
-        )
-        == 0
-    )
-    assert json.loads((out / "encoder_tasks.json").read_text())["settings"]["tag_scheme"] == "bioes"
-    preds = tmp_path / "p.jsonl"
-    assert (
-        main(
-            [
-                "ner",
-                "predict",
-                "--model_dir",
-                str(out),
-                "--input_file",
-                str(train),
-                "--output_file",
-                str(preds),
-            ]
-        )
-        == 0
-    )
-    rows = _read(preds)
+    run_train("ner", tiny_bert, train, out, *FAST, "--num_train_epochs", "3", "--head_learning_rate", "0.05")
+    assert read_json(out / "encoder_tasks.json")["settings"]["tag_scheme"] == "bioes"
+    rows = run_predict("ner", out, train, tmp_path / "p.jsonl")
     assert len(rows) == 12 and rows[0]["line"] == 3  # the sentence's first token line
     tags = {t for r in rows for t in r["tags"]}
-    assert tags <= {
-        "O",
-        "B-PER",
-        "I-PER",
-        "E-PER",
-        "S-PER",
-        "B-LOC",
-        "I-LOC",
-        "E-LOC",
-        "S-LOC",
-        "B-ORG",
-        "I-ORG",
-        "E-ORG",
-        "S-ORG",
-    }
+    assert tags <= {"O"} | {f"{p}-{t}" for p in "BIES" for t in ("PER", "LOC", "ORG")}
 
 
 def test_saved_crf_model_reloads_with_identical_predictions(tiny_bert, tmp_path):
@@ -185,25 +87,7 @@ def test_saved_crf_model_reloads_with_identical_predictions(tiny_bert, tmp_path)
 
     train = write(tmp_path / "train.conll", conll())
     out = tmp_path / "run"
-    assert (
-        main(
-            [
-                "ner",
-                "train",
-                "--model_name_or_path",
-                tiny_bert,
-                "--train_file",
-                str(train),
-                "--output_dir",
-                str(out),
-                *FAST,
-                "--crf",
-                "--head_learning_rate",
-                "0.1",
-            ]
-        )
-        == 0
-    )
+    run_train("ner", tiny_bert, train, out, *FAST, "--crf", "--head_learning_rate", "0.1")
     sentences = [words for words, _ in SENTENCES]
     first = TokenTagger.from_pretrained(out)
     second = TokenTagger.from_pretrained(out)
@@ -232,28 +116,10 @@ def test_chinese_characters_extend_the_vocabulary_and_predict_offsets(tiny_bert,
     )
     train = write(tmp_path / "train.char.bmes", text)
     out = tmp_path / "run"
-    assert (
-        main(
-            [
-                "ner",
-                "train",
-                "--model_name_or_path",
-                tiny_bert,
-                "--train_file",
-                str(train),
-                "--validation_file",
-                str(train),
-                "--output_dir",
-                str(out),
-                *FAST,
-                "--crf",
-            ]
-        )
-        == 0
-    )
-    meta = json.loads((out / "encoder_tasks.json").read_text())["settings"]
+    run_train("ner", tiny_bert, train, out, *FAST, "--crf", validation=train)
+    meta = read_json(out / "encoder_tasks.json")["settings"]
     assert meta["tag_scheme"] == "bmes" and meta["tokenization"] == "char" and meta["added_characters"] == 13
-    config = json.loads((out / "config.json").read_text())
+    config = read_json(out / "config.json")
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(out)
@@ -266,23 +132,7 @@ def test_chinese_characters_extend_the_vocabulary_and_predict_offsets(tiny_bert,
         + json.dumps({"tokens": list("中国国籍")}, ensure_ascii=False)
         + "\n",
     )
-    preds = tmp_path / "p.jsonl"
-    assert (
-        main(
-            [
-                "ner",
-                "predict",
-                "--model_dir",
-                str(out),
-                "--input_file",
-                str(inputs),
-                "--output_file",
-                str(preds),
-            ]
-        )
-        == 0
-    )
-    rows = _read(preds)
+    rows = run_predict("ner", out, inputs, tmp_path / "p.jsonl")
     assert rows[0]["tokens"] == list("高勇吴重阳") and rows[1]["text"] == "中国国籍"
     assert {t[:2] for r in rows for t in r["tags"]} <= {"O", "B-", "M-", "E-", "S-"}
     for row in rows:
@@ -305,21 +155,8 @@ def test_chinese_characters_extend_the_vocabulary_and_predict_offsets(tiny_bert,
 )
 def test_bad_input_is_one_line_error(tiny_bert, tmp_path, capsys, text, extra, message):
     train = write(tmp_path / "train.conll", text)
-    argv = [
-        "ner",
-        "train",
-        "--model_name_or_path",
-        tiny_bert,
-        "--train_file",
-        str(train),
-        "--output_dir",
-        str(tmp_path / "o"),
-        *FAST,
-        *extra,
-    ]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert message in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert main(train_argv("ner", tiny_bert, train, tmp_path / "o", *FAST, *extra)) == 2
+    assert message in error_line(capsys.readouterr().err, alone=True)
 
 
 def test_json_token_tag_count_mismatch(tiny_bert, tmp_path, capsys):
@@ -327,20 +164,5 @@ def test_json_token_tag_count_mismatch(tiny_bert, tmp_path, capsys):
         tmp_path / "train.jsonl",
         '{"tokens": ["john", "smith"], "tags": ["B-PER", "I-PER"]}\n{"tokens": ["paris"], "tags": ["B-LOC", "O"]}\n',
     )
-    assert (
-        main(
-            [
-                "ner",
-                "train",
-                "--model_name_or_path",
-                tiny_bert,
-                "--train_file",
-                str(train),
-                "--output_dir",
-                str(tmp_path / "o"),
-                *FAST,
-            ]
-        )
-        == 2
-    )
+    assert main(train_argv("ner", tiny_bert, train, tmp_path / "o", *FAST)) == 2
     assert "train.jsonl line 2: 1 tokens but 2 tags" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from encoder_tasks.cli import main
-from tests.conftest import REPO, write
+from tests.helpers import REPO, write
 
 RECIPES = REPO / "recipes"
 #: Every task recipe in the checkout, by listed name, in listing order (accelerate/ holds launch configs).

@@ -16,7 +16,7 @@ from encoder_tasks.checkpoints import incomplete_reason
 from encoder_tasks.cli import main
 from encoder_tasks.errors import UserError
 from encoder_tasks.trainer import EncoderTaskTrainer
-from tests.conftest import write
+from tests.helpers import error_line, train_argv, write
 
 FAST = ["--per_device_train_batch_size", "2", "--logging_steps", "1", "--report_to", "none"]
 
@@ -29,35 +29,18 @@ def _scores(path, last="1.5"):
 
 
 def _train(model, data, out, *extra):
-    return [
-        "classification",
-        "train",
-        "--model_name_or_path",
-        model,
-        "--train_file",
-        str(data),
-        "--output_dir",
-        str(out),
-        *FAST,
-        *extra,
-    ]
-
-
-def _one_line(err: str) -> str:
-    lines = [line for line in err.strip().splitlines() if line.startswith("encoder-tasks:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
+    return train_argv("classification", model, data, out, *FAST, *extra)
 
 
 def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tiny_bert, tmp_path, capsys):
     data = _scores(tmp_path / "train.csv", last="1e30")
     out = tmp_path / "run"
+    flags = ["--train_sampling_strategy", "sequential"]  # the bad row comes in step 3
     argv = _train(
         tiny_bert,
         data,
         out,
-        "--train_sampling_strategy",
-        "sequential",  # the bad row comes in step 3
+        *flags,
         "--num_train_epochs",
         "1",
         "--save_strategy",
@@ -66,7 +49,7 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tiny_be
         "1",
     )
     assert main(argv) == 2
-    line = _one_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert "training loss became inf at step 3" in line and "checkpoint-2" in line and "--resume" in line
     kept = sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-"))
     assert kept == ["checkpoint-1", "checkpoint-2"]
@@ -81,7 +64,7 @@ def test_nan_from_a_huge_learning_rate(tiny_bert, tmp_path, capsys):
         tiny_bert, data, out, "--learning_rate", "1e30", "--max_grad_norm", "0", "--save_strategy", "no"
     )
     assert main([*argv, "--num_train_epochs", "20"]) == 2
-    line = _one_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert "training loss became" in line and "no checkpoint was written before it" in line
 
 
@@ -94,7 +77,7 @@ def test_full_disk_is_found_before_training(tiny_bert, tmp_path, capsys, monkeyp
     )
     monkeypatch.setattr(EncoderTaskTrainer, "train", lambda *a, **k: pytest.fail("training started"))
     assert main(_train(tiny_bert, data, out)) == 2
-    line = _one_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert f"--output_dir {out}: 1 MiB free, the run needs about" in line and "3 checkpoints" in line
 
 
@@ -122,7 +105,7 @@ def test_unwritable_output_dir_is_found_before_training(tiny_bert, tmp_path, cap
 
     monkeypatch.setattr(outputs.tempfile, "NamedTemporaryFile", refuse)
     assert main(_train(tiny_bert, data, tmp_path / "run")) == 2
-    assert "cannot write there (Permission denied)" in _one_line(capsys.readouterr().err)
+    assert "cannot write there (Permission denied)" in error_line(capsys.readouterr().err)
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root may write anywhere")
@@ -135,7 +118,7 @@ def test_read_only_output_dir(tiny_bert, tmp_path, capsys):
         assert main(_train(tiny_bert, data, locked / "run")) == 2
     finally:
         locked.chmod(0o700)
-    assert "cannot write there" in _one_line(capsys.readouterr().err)
+    assert "cannot write there" in error_line(capsys.readouterr().err)
 
 
 def test_disk_full_during_a_save_keeps_complete_checkpoints(tiny_bert, tmp_path, capsys, monkeypatch):
@@ -153,7 +136,7 @@ def test_disk_full_during_a_save_keeps_complete_checkpoints(tiny_bert, tmp_path,
         tiny_bert, data, out, "--num_train_epochs", "1", "--save_strategy", "steps", "--save_steps", "1"
     )
     assert main(argv) == 2
-    line = _one_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert "no space left on the device" in line and "--resume" in line
     assert incomplete_reason(out / "checkpoint-1") is None and not (out / "checkpoint-2").exists()
     monkeypatch.setattr(checkpoints, "publish", publish)
@@ -175,7 +158,7 @@ def test_user_error_raised_in_a_callback_reaches_the_cli(tiny_bert, tmp_path, ca
     monkeypatch.setattr(EncoderTaskTrainer, "__init__", with_callback)
     data = _scores(tmp_path / "train.csv")
     assert main(_train(tiny_bert, data, tmp_path / "run", "--save_strategy", "no")) == 2
-    assert _one_line(capsys.readouterr().err) == "encoder-tasks: error: stopped by a callback at step 1"
+    assert error_line(capsys.readouterr().err) == "encoder-tasks: error: stopped by a callback at step 1"
 
 
 def test_unexpected_exception_is_one_line_and_debug_shows_it(tiny_bert, tmp_path, capsys, monkeypatch):
@@ -188,7 +171,7 @@ def test_unexpected_exception_is_one_line_and_debug_shows_it(tiny_bert, tmp_path
     data = _scores(tmp_path / "train.csv")
     argv = _train(tiny_bert, data, tmp_path / "run")
     assert main(argv) == 1
-    line = _one_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert line.startswith("encoder-tasks: error: unexpected RuntimeError: boom.") and "--debug" in line
     shutil.rmtree(tmp_path / "run", ignore_errors=True)
     with pytest.raises(RuntimeError, match="boom"):
@@ -215,4 +198,4 @@ def test_out_of_memory_gets_a_hint(tiny_bert, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(EncoderTaskTrainer, "train", oom)
     data = _scores(tmp_path / "train.csv")
     assert main(_train(tiny_bert, data, tmp_path / "run")) == 1
-    assert "--per_device_train_batch_size" in _one_line(capsys.readouterr().err)
+    assert "--per_device_train_batch_size" in error_line(capsys.readouterr().err)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from encoder_tasks.cli import main
-from tests.conftest import FAST_TRAINING, write
+from tests.helpers import FAST_TRAINING, evaluate_argv, read_json, read_jsonl, run_train, write
 
 LONG = " ".join(["word"] * 30)
 
@@ -23,29 +21,22 @@ def test_evaluate_uses_the_saved_max_length_and_columns(tiny_bert, review_data, 
     """The model trained at max_length 8 on column `review` evaluates at 8 on `review` unless told."""
     train, dev = review_data
     run = tmp_path / "run"
-    argv = ["classification", "train", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
-    argv += ["--validation_file", str(dev), "--output_dir", str(run), "--text_column", "review"]
-    assert main([*argv, "--max_length", "8", *FAST_TRAINING]) == 0
-    trained = json.loads((run / "metrics.json").read_text())
+    flags = ["--text_column", "review", "--max_length", "8", *FAST_TRAINING]
+    trained = run_train("classification", tiny_bert, train, run, *flags, validation=dev)
 
-    assert (
-        main(["classification", "evaluate", "--model_name_or_path", str(run), "--validation_file", str(dev)])
-        == 0
-    )
-    evaluated = json.loads((run / "eval" / "dev.json").read_text())
+    assert main(evaluate_argv("classification", run, dev)) == 0
+    evaluated = read_json(run / "eval" / "dev.json")
     # Same model, data and length: the same loss as the final evaluation of training.
     assert evaluated["eval_loss"] == pytest.approx(trained["eval_loss"], rel=1e-4)
 
     # A flag still wins: at 64 tokens the long texts are scored differently.
-    argv = ["classification", "evaluate", "--model_name_or_path", str(run), "--validation_file", str(dev)]
-    assert main([*argv, "--max_length", "64"]) == 0
-    longer = json.loads((run / "eval" / "dev-2.json").read_text())
+    assert main(evaluate_argv("classification", run, dev, "--max_length", "64")) == 0
+    longer = read_json(run / "eval" / "dev-2.json")
     assert longer["eval_loss"] != pytest.approx(trained["eval_loss"], rel=1e-4)
 
 
 def _first_logged_loss(run_dir):
-    for line in (run_dir / "log.jsonl").read_text().splitlines():
-        record = json.loads(line)
+    for record in read_jsonl(run_dir / "log.jsonl"):
         if "loss" in record:
             return record["loss"]
     raise AssertionError(f"no training loss in {run_dir / 'log.jsonl'}")

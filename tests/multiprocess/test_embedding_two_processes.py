@@ -1,36 +1,10 @@
-"""Bi-encoder training under `accelerate launch` with 2 CPU processes (make test-multiprocess)."""
-
-import json
-import os
-import socket
-import subprocess
-import sys
-
-import pytest
+"""Bi-encoder training under `accelerate launch` with 2 CPU processes, and the gather of
+in-batch negatives across two gloo processes (make test-multiprocess)."""
 
 from encoder_tasks.tasks.embedding.samplers import DuplicateFreeBatchSampler
-from tests.conftest import REPO, write
-
-pytestmark = pytest.mark.multiprocess
+from tests.helpers import launch, read_json, read_jsonl, train_argv, write
 
 WORDS = "the a film movie cat dog john paris london good bad big red blue new york city one two".split()
-
-
-def free_port() -> int:
-    # Other two-process runs may hold accelerate's default port 29500 at the same time.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def launch(args):
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
-    cmd += ["--num_machines", "1", "--main_process_port", str(free_port()), "--dynamo_backend", "no"]
-    cmd += ["--mixed_precision", "no", "-m", "encoder_tasks.cli", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
 
 
 def test_two_processes_train_on_shared_global_batches(tiny_bert, tmp_path):
@@ -44,27 +18,26 @@ def test_two_processes_train_on_shared_global_batches(tiny_bert, tmp_path):
     rows += [("cat dog", "the a 0"), ("new york", "the a 0")]  # repeated texts: kept apart
     data = write(tmp_path / "pairs.csv", "anchor,positive\n" + "\n".join(f"{a},{p}" for a, p in rows) + "\n")
     out = tmp_path / "run"
-    args = ["embedding", "train", "--model_name_or_path", tiny_bert, "--train_file", str(data)]
-    args += ["--validation_file", str(data), "--output_dir", str(out), "--num_train_epochs", "1"]
-    args += [
-        "--per_device_train_batch_size",
-        "3",
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--seed",
-        "1",
-    ]
-    args += ["--logging_steps", "1"]
-    launch(args)
-    metrics = json.loads((out / "metrics.json").read_text())
+    flags = ["--num_train_epochs", "1", "--per_device_train_batch_size", "3", "--save_strategy", "no"]
+    flags += ["--report_to", "none", "--seed", "1", "--logging_steps", "1"]
+    launch(train_argv("embedding", tiny_bert, data, out, *flags, validation=data))
+    metrics = read_json(out / "metrics.json")
     # 18 distinct anchors (two are repeated) are the queries
     assert metrics["eval_queries"] == 18 and 0 <= metrics["eval_recall@1"] <= 1
     # one optimizer step per *global* batch of 2 x 3 rows (each process takes its half)
     texts = [(a, p) for a, p in rows]
     expected = len(DuplicateFreeBatchSampler(texts, 3, seed=1, world_size=2).global_batches(0))
-    steps = [r["step"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "loss" in r]
+    steps = [r["step"] for r in read_jsonl(out / "log.jsonl") if "loss" in r]
     assert max(steps) == expected
     # every process saw real tokens: the count is the sum over both
     assert metrics["train_num_input_tokens_seen"] > 0 and (out / "modules.json").is_file()
+
+
+def test_gather_across_two_processes(tmp_path):
+    """Two gloo processes: rows in rank order, gradient for the local part, loss = the one-process formula."""
+    import torch.multiprocessing as mp
+
+    from tests.multiprocess.gather_worker import check_gather
+
+    # spawn, not fork: a forked child inherits OpenMP/gloo threads and can hang
+    mp.spawn(check_gather, args=(2, str(tmp_path / "init")), nprocs=2, join=True)

@@ -9,21 +9,18 @@ import torch
 from safetensors.torch import load_file
 
 from encoder_tasks.checkpoints import incomplete_reason
-from tests.multiprocess.test_classification_two_processes import data, launch  # noqa: F401
-
-pytestmark = pytest.mark.multiprocess
+from tests.helpers import launch, train_argv
 
 
 @pytest.mark.parametrize("strategy", ["group_by_length", "random"])
-def test_two_process_run_resumes_exactly(tiny_bert, data, tmp_path, strategy):  # noqa: F811
-    train, dev = data
-    argv = ["classification", "train", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
-    argv += ["--validation_file", str(dev), "--num_train_epochs", "2", "--per_device_train_batch_size", "2"]
-    argv += ["--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "10", "--seed", "3"]
-    argv += ["--mixed_precision", "no", "--report_to", "none", "--logging_steps", "1"]
-    argv += ["--train_sampling_strategy", strategy]
+def test_two_process_run_resumes_exactly(tiny_bert, reviews, tmp_path, strategy):
+    train, dev = reviews
+    flags = ["--num_train_epochs", "2", "--per_device_train_batch_size", "2"]
+    flags += ["--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "10", "--seed", "3"]
+    flags += ["--mixed_precision", "no", "--report_to", "none", "--logging_steps", "1"]
+    flags += ["--train_sampling_strategy", strategy]
     reference = tmp_path / "reference"
-    launch([*argv, "--output_dir", str(reference)])
+    launch(train_argv("classification", tiny_bert, train, reference, *flags, validation=dev))
     middle = reference / "checkpoint-9"  # 28 rows / (2 x 2) = 7 steps per epoch: mid epoch 1
     assert incomplete_reason(middle) is None
     assert sorted(p.name for p in middle.glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
@@ -32,6 +29,6 @@ def test_two_process_run_resumes_exactly(tiny_bert, data, tmp_path, strategy):  
     resumed = tmp_path / "resumed"
     resumed.mkdir()
     shutil.copytree(middle, resumed / middle.name)
-    launch([*argv, "--output_dir", str(resumed), "--resume"])
+    launch([*train_argv("classification", tiny_bert, train, resumed, *flags, validation=dev), "--resume"])
     want, got = load_file(str(reference / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
     assert [k for k in want if not torch.equal(want[k], got[k])] == []

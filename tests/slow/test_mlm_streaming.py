@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.samples import MLM_WORDS
+
 SCRIPT = """
 import json, sys, threading, time
 from encoder_tasks.tasks.mlm.text import make_blocks, read_split
@@ -43,10 +45,9 @@ def measure(path):
     return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
 def test_large_corpus_streams_with_bounded_memory(tmp_path):
     """Memory is a per-batch constant: four times the corpus costs no more memory."""
-    words = "the a film movie good bad great cat dog sat mat john smith lives in paris".split()
+    words = MLM_WORDS
     rng = random.Random(0)
     line = " ".join(rng.choice(words) for _ in range(500))  # ~2.3 KB per document
     sizes = {}

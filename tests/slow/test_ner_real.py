@@ -9,8 +9,6 @@ from encoder_tasks.tasks.ner.reading import normalise_tags, read_sentences, read
 from encoder_tasks.tasks.ner.schemes import detect_scheme
 from encoder_tasks.tasks.ner.text import guess_level, missing_characters
 
-pytestmark = pytest.mark.slow
-
 # (file, token prefix, sentences, scheme, invalid tags): Resume's train file splits 2 entities
 # across a sentence break (an unclosed entity, then one that opens with M-).
 FILES = [

@@ -1,7 +1,5 @@
 """Real STS-B (../shared/data/pair/stsb) with the MiniLM package model (make test-slow)."""
 
-import pytest
-
 from encoder_tasks.backbone import load_tokenizer
 from encoder_tasks.config import DataArguments
 from encoder_tasks.data import load_splits
@@ -10,8 +8,6 @@ from encoder_tasks.tasks.embedding.args import EmbeddingArguments, EmbeddingSett
 from encoder_tasks.tasks.embedding.evaluation import evaluate_embeddings
 from encoder_tasks.tasks.embedding.model import load_bi_encoder
 from encoder_tasks.tasks.pair import PairArguments, PairTask
-
-pytestmark = pytest.mark.slow
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 COLUMNS = "genre,source,year,id,score,sentence1,sentence2"

@@ -5,8 +5,6 @@ import pytest
 from encoder_tasks.tasks.qa.reading import check_answers, read_squad, split_by_article
 from encoder_tasks.tasks.qa.windows import label_windows, make_windows
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.mark.parametrize(
     ("path", "questions", "impossible", "mismatched"),

@@ -1,7 +1,7 @@
 """Every task resumes exactly: a run continued from one of its own checkpoints ends with the
 same weights as the run that was never interrupted (bit-exact on CPU, fixed seed).
 
-The kill itself is tested on classification (``test_resume.py``); here each task's own parts
+The kill itself is tested on classification (``tests/cli/test_resume.py``); here each task's own parts
 (collators that draw random masks, task samplers, task Trainers) are checked to restore
 their state. Each case trains a tiny model twice, so the file is in the slow tier.
 """
@@ -17,67 +17,32 @@ from safetensors.torch import load_file
 
 from encoder_tasks.cli import main
 from encoder_tasks.registry import TASKS
-from tests.conftest import write
+from tests.helpers import read_json, train_argv, write
+from tests.samples import conll, cycled_docs, squad_json
 
-COMMON = [
-    "--num_train_epochs",
-    "3",
-    "--per_device_train_batch_size",
-    "4",
-    "--learning_rate",
-    "1e-3",
-    "--logging_steps",
-    "1",
-    "--save_strategy",
-    "steps",
-    "--save_total_limit",
-    "10",
-    "--seed",
-    "5",
-    "--report_to",
-    "none",
-    "--mixed_precision",
-    "no",
-]
+COMMON = ["--num_train_epochs", "3", "--per_device_train_batch_size", "4", "--learning_rate", "1e-3"]
+COMMON += ["--logging_steps", "1", "--save_strategy", "steps", "--save_total_limit", "10", "--seed", "5"]
+COMMON += ["--report_to", "none", "--mixed_precision", "no", "--save_steps", "2"]
 
 
 def _classification(tmp):
-    rows = ["text,label"] + [
+    rows = [
         f"{w} film number {i},{'pos' if w == 'good' else 'neg'}" for i in range(6) for w in ("good", "bad")
     ]
-    data = write(tmp / "train.csv", "\n".join(rows) + "\n")
-    return ["--train_file", str(data), "--validation_file", str(data)]
+    return write(tmp / "train.csv", "\n".join(["text,label", *rows]) + "\n"), []
 
 
 def _ner(tmp):
-    from tests.recipes.test_cli_ner import conll
-
-    data = write(tmp / "train.conll", conll())
-    return ["--train_file", str(data), "--validation_file", str(data), "--max_length", "16"]
+    return write(tmp / "train.conll", conll()), ["--max_length", "16"]
 
 
 def _qa(tmp):
-    from tests.recipes.test_cli_qa import squad_json
-
-    data = write(tmp / "train.json", json.dumps(squad_json()))
-    return [
-        "--train_file",
-        str(data),
-        "--validation_file",
-        str(data),
-        "--max_length",
-        "24",
-        "--doc_stride",
-        "6",
-    ]
+    return write(tmp / "train.json", json.dumps(squad_json())), ["--max_length", "24", "--doc_stride", "6"]
 
 
 def _mlm(tmp):
     # Masks are drawn from the RNG at collation: a resumed run must draw the same ones.
-    words = "the a film movie good bad great cat dog sat mat john smith lives in paris".split()
-    docs = [" ".join(words[(i * 7 + j) % len(words)] for j in range(5 + i % 9)) for i in range(40)]
-    data = write(tmp / "train.txt", "\n".join(docs) + "\n")
-    return ["--train_file", str(data), "--validation_file", str(data), "--max_length", "16"]
+    return write(tmp / "train.txt", "\n".join(cycled_docs(7, 5)) + "\n"), ["--max_length", "16"]
 
 
 def _sentence_pairs(tmp):
@@ -91,19 +56,13 @@ def _sentence_pairs(tmp):
 
 
 def _pair(tmp):
-    data = _sentence_pairs(tmp)
-    return ["--train_file", str(data), "--validation_file", str(data), "--text_column", "sentence1"] + [
-        "--text_pair_column",
-        "sentence2",
-        "--label_column",
-        "score",
-    ]
+    columns = ["--text_column", "sentence1", "--text_pair_column", "sentence2", "--label_column", "score"]
+    return _sentence_pairs(tmp), columns
 
 
 def _embedding(tmp):
     # The duplicate-free batch sampler of in-batch-negative losses must restore its order too.
-    data = _sentence_pairs(tmp)
-    return ["--train_file", str(data), "--validation_file", str(data), "--loss", "mnrl"]
+    return _sentence_pairs(tmp), ["--loss", "mnrl"]
 
 
 DATA = {
@@ -117,23 +76,23 @@ DATA = {
 
 
 def _steps(out):
-    state = json.loads(
-        max(
-            out.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1])
-        ).read_text()
+    state = read_json(
+        max(out.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
     )
     return state["global_step"], [(e["step"], e["loss"]) for e in state["log_history"] if "loss" in e]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("task", list(DATA))
 def test_task_resumes_exactly(task, tiny_bert, tmp_path):
     if task not in TASKS:
         pytest.skip(f"task {task} is not registered")
-    data_flags = DATA[task](tmp_path)
+    data, flags = DATA[task](tmp_path)
     reference = tmp_path / "reference"
-    argv = [task, "train", "--model_name_or_path", tiny_bert, *data_flags, *COMMON, "--save_steps", "2"]
-    assert main([*argv, "--output_dir", str(reference)]) == 0
+
+    def argv(out):
+        return train_argv(task, tiny_bert, data, out, *flags, *COMMON, validation=data)
+
+    assert main(argv(reference)) == 0
     total, reference_losses = _steps(reference)
     assert total >= 4, "too few steps to resume in the middle"
     # A crash after checkpoint-(total/2 rounded to the save interval): only that checkpoint survives.
@@ -141,7 +100,7 @@ def test_task_resumes_exactly(task, tiny_bert, tmp_path):
     resumed = tmp_path / "resumed"
     resumed.mkdir()
     shutil.copytree(reference / middle, resumed / middle)
-    assert main([*argv, "--output_dir", str(resumed), "--resume"]) == 0
+    assert main([*argv(resumed), "--resume"]) == 0
     want, got = load_file(str(reference / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
     assert want.keys() == got.keys()
     assert [k for k in want if not torch.equal(want[k], got[k])] == []

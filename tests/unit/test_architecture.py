@@ -4,7 +4,6 @@ and a new task is one package plus one registry line (the toy task in tests/asse
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from encoder_tasks.config import PredictArguments
 from encoder_tasks.registry import TASKS
 from encoder_tasks.task import SETTINGS_FORMAT, Task, TaskSettings
 from tests.assets.toy_task import ToyTask
-from tests.conftest import FAST_TRAINING, write
+from tests.helpers import FAST_TRAINING, evaluate_argv, predict_argv, read_json, read_jsonl, run_train, write
 
 PACKAGE = Path(__file__).resolve().parents[2] / "encoder_tasks"
 
@@ -73,36 +72,20 @@ def test_a_new_task_is_one_package_and_one_registry_line(toy, tiny_bert, tmp_pat
     rows = ["the movie was good", "bad acting", "a good day", "nothing here", "good good", "dull"] * 4
     train = write(tmp_path / "train.csv", "text\n" + "\n".join(rows) + "\n")
     run = tmp_path / "run"
-    argv = ["toy", "train", "--model_name_or_path", tiny_bert, "--train_file", str(train)]
-    assert (
-        main(
-            [
-                *argv,
-                "--validation_file",
-                str(train),
-                "--output_dir",
-                str(run),
-                "--max_length",
-                "12",
-                *FAST_TRAINING,
-            ]
-        )
-        == 0
-    )
-    saved = json.loads((run / "encoder_tasks.json").read_text())
+    metrics = run_train("toy", tiny_bert, train, run, "--max_length", "12", *FAST_TRAINING, validation=train)
+    saved = read_json(run / "encoder_tasks.json")
     assert saved["format_version"] == SETTINGS_FORMAT and saved["task"] == "toy"
     assert saved["settings"]["keyword"] == "good" and saved["settings"]["max_length"] == 12
-    metrics = json.loads((run / "metrics.json").read_text())
     assert "eval_accuracy" in metrics
 
     # evaluate and predict run through the shared code with the saved settings.
-    assert main(["toy", "evaluate", "--model_name_or_path", str(run), "--validation_file", str(train)]) == 0
-    evaluated = json.loads((run / "eval" / "train.json").read_text())
+    assert main(evaluate_argv("toy", run, train)) == 0
+    evaluated = read_json(run / "eval" / "train.json")
     assert evaluated["eval_accuracy"] == pytest.approx(metrics["eval_accuracy"])
     out = tmp_path / "predictions.jsonl"
-    argv = ["toy", "predict", "--model_dir", str(run), "--input_file", str(train), "--output_file", str(out)]
+    argv = predict_argv("toy", run, train, out)
     assert main(argv) == 0
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    records = read_jsonl(out)
     assert len(records) == len(rows) and set(records[0]) == {"line", "text", "mentions"}
     assert "wrote 24 predictions" in capsys.readouterr().out
     # ... and refuses to overwrite the predictions it wrote.

@@ -17,7 +17,7 @@ from encoder_tasks.checkpoints import (
 )
 from encoder_tasks.cli import main
 from encoder_tasks.trainer import SeededLengthGroupedSampler
-from tests.conftest import write
+from tests.helpers import write
 
 
 def _checkpoint(root, step, state=None, name=None):

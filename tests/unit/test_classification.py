@@ -13,7 +13,7 @@ from encoder_tasks.metrics import classification_metrics, regression_metrics
 from encoder_tasks.tasks.classification import ClassificationArguments, ClassificationTask
 from encoder_tasks.tasks.classification.labels import infer_problem_type, parse_class_weights
 from encoder_tasks.tasks.classification.metrics import tune_thresholds
-from tests.conftest import write
+from tests.helpers import write
 
 TASK = ClassificationTask()
 

@@ -6,7 +6,7 @@ from encoder_tasks.config import DataArguments, ModelArguments, load_recipe, par
 from encoder_tasks.errors import UserError
 from encoder_tasks.registry import TASKS
 from encoder_tasks.training_args import EncoderTrainingArguments
-from tests.conftest import REPO, write
+from tests.helpers import REPO, write
 
 ALL = [ModelArguments, DataArguments, TASKS["classification"].Arguments, EncoderTrainingArguments]
 

@@ -17,7 +17,7 @@ from encoder_tasks.tasks.embedding.data import duplicate_keys
 from encoder_tasks.tasks.embedding.evaluation import retrieval_corpus
 from encoder_tasks.tasks.embedding.model import BiEncoder, encode_texts, load_bi_encoder
 from encoder_tasks.tasks.embedding.st_layout import read_max_seq_length, read_sentence_transformers_pooling
-from tests.conftest import write
+from tests.helpers import write
 
 TASK = EmbeddingTask()
 SCORED = (

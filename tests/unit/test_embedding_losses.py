@@ -1,4 +1,5 @@
-"""Losses, pooling, the duplicate-free sampler, cross-process gather, retrieval metrics."""
+"""Losses, pooling, the duplicate-free sampler, gather (in one process; two processes in
+tests/multiprocess/test_embedding_two_processes.py), retrieval metrics."""
 
 import math
 import random
@@ -130,17 +131,6 @@ def test_sampler_slices_global_batches_per_process():
         assert sorted(b0 + b1) == sorted(whole) and b0 and b1
         texts = [t for i in whole for t in keys[i]]
         assert len(texts) == len(set(texts))  # no duplicate across the two processes either
-
-
-@pytest.mark.multiprocess
-def test_gather_across_two_processes(tmp_path):
-    """Two gloo processes: rows in rank order, gradient for the local part, loss = the one-process formula."""
-    import torch.multiprocessing as mp
-
-    from tests.unit.gather_worker import check_gather
-
-    # spawn, not fork: a forked child inherits OpenMP/gloo threads and can hang
-    mp.spawn(check_gather, args=(2, str(tmp_path / "init")), nprocs=2, join=True)
 
 
 def test_gather_is_identity_in_one_process():

@@ -17,7 +17,7 @@ from encoder_tasks.errors import UserError
 from encoder_tasks.export import EXPORT_INFO, export_model, hidden_bound
 from encoder_tasks.registry import TASKS
 from encoder_tasks.tasks.classification.predict import predict_texts
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 TEXTS = ["the film was good and fun", "I hate this awful film .", "john smith lives in paris", "a"]
 STOCK_FAMILIES = ["bert", "roberta", "distilbert", "electra", "deberta-v2"]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from encoder_tasks.cli import main
 from encoder_tasks.heads import EncoderWithHead
 from encoder_tasks.registry import TASKS
+from tests.helpers import run_predict
 
 FIXTURES = Path(__file__).resolve().parent.parent / "assets" / "format1"
 TASK_NAMES = ["classification", "pair", "ner", "qa", "embedding", "mlm"]
@@ -126,10 +126,7 @@ def _assert_close(found, expected, where: str = "") -> None:
 
 def _predict(task: str, model_dir: Path, tmp_path: Path, name: str = "predictions.jsonl") -> list[dict]:
     (source,) = (FIXTURES / task).glob("predict_input.*")
-    output = tmp_path / name
-    argv = [task, "predict", "--model_dir", str(model_dir), "--input_file", str(source)]
-    assert main([*argv, "--output_file", str(output), *PRECISION, *PREDICT_FLAGS.get(task, [])]) == 0
-    return _read_jsonl(output)
+    return run_predict(task, model_dir, source, tmp_path / name, *PRECISION, *PREDICT_FLAGS.get(task, []))
 
 
 def _expected(task: str) -> list[dict]:

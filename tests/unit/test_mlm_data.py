@@ -8,7 +8,7 @@ import pytest
 from encoder_tasks.errors import UserError
 from encoder_tasks.tasks.mlm.text import make_blocks, read_split, read_text_file, special_frame
 from encoder_tasks.testing import make_tiny_tokenizer
-from tests.conftest import write
+from tests.helpers import write
 
 DOCS = [
     "the film was good and fun",

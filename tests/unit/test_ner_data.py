@@ -21,7 +21,7 @@ from encoder_tasks.tasks.ner.schemes import (
 )
 from encoder_tasks.tasks.ner.text import join_words, missing_characters, split_words
 from encoder_tasks.testing import make_tiny_model, make_tiny_tokenizer
-from tests.conftest import write
+from tests.helpers import write
 
 
 def random_iob2(rng, length, types=("PER", "LOC")):

@@ -31,7 +31,7 @@ from encoder_tasks.tasks.ner.model import TokenTagger
 from encoder_tasks.tasks.qa.model import ExtractiveQuestionAnswering
 from encoder_tasks.testing import CORPUS
 from encoder_tasks.training_args import EncoderTrainingArguments
-from tests.conftest import write
+from tests.helpers import write
 
 EMULATED = "varlen_emulation"
 

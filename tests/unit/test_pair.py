@@ -9,7 +9,7 @@ from encoder_tasks.data import Split, read_file
 from encoder_tasks.errors import UserError
 from encoder_tasks.tasks import classification, pair
 from encoder_tasks.tasks.pair import PairArguments, PairTask
-from tests.conftest import write
+from tests.helpers import write
 
 TASK = PairTask()
 

@@ -7,7 +7,7 @@ import pytest
 
 from encoder_tasks.errors import UserError
 from encoder_tasks.tasks.qa.reading import check_answers, read_squad, split_by_article
-from tests.conftest import write
+from tests.helpers import write
 
 V2 = {
     "version": "v2.0",

@@ -5,7 +5,7 @@ import pytest
 
 from encoder_tasks.data import read_file
 from encoder_tasks.errors import UserError
-from tests.conftest import write
+from tests.helpers import write
 
 
 def test_csv_with_header_and_quotes(tmp_path):

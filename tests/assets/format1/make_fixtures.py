@@ -40,6 +40,11 @@ if Path(encoder_tasks.__file__).resolve().parent.parent == HERE.parent.parent.pa
 from encoder_tasks.cli import main  # noqa: E402
 from encoder_tasks.testing import make_tiny_model  # noqa: E402
 
+# The tests' own data sets and flags; appended, so the old encoder_tasks above stays the one used.
+sys.path.append(str(HERE.parents[2]))
+from tests.helpers import FAST_TRAINING  # noqa: E402
+from tests.samples import CONTEXTS, SENTENCES, STS_ROWS, scored_pairs_tsv, squad_json  # noqa: E402
+
 #: Flags of ``predict`` beyond model/input/output; the test passes the same ones. fp32 always:
 #: ``--precision auto`` is bf16 on a CPU with AVX512-BF16/AMX, which would tie the expected
 #: outputs to the machine that wrote them.
@@ -58,25 +63,8 @@ MODEL_FILES = (
     "config_sentence_transformers.json",
     "1_Pooling/config.json",
 )
-FAST = [
-    "--per_device_train_batch_size",
-    "4",
-    "--logging_steps",
-    "1",
-    "--save_strategy",
-    "no",
-    "--report_to",
-    "none",
-    "--seed",
-    "0",
-    "--mixed_precision",
-    "no",
-]
-
-CONTEXTS = [
-    "john smith lives in paris . the cat sat on the mat .",
-    "acme inc works in new york city . the dog played with a red ball .",
-]
+#: Every task below sets its own --num_train_epochs after these (the last value wins).
+FAST = [*FAST_TRAINING, "--seed", "0", "--mixed_precision", "no"]
 
 
 def _write(path: Path, text: str) -> Path:
@@ -108,15 +96,7 @@ def classification(data: Path) -> tuple[list[str], str, str]:
 
 def pair(data: Path) -> tuple[list[str], str, str]:
     """Cross-encoder regression on an STS-like TSV with named columns."""
-    rows = [
-        ("5.000", "the film was good", "the movie was good"),
-        ("0.400", "the film was good", "john lives in paris"),
-        ("4.200", "the cat sat on the mat", "a cat sat on a mat"),
-        ("1.200", "the dog ran", "the cat sat"),
-        ("3.600", "john lives in paris", "john smith lives in paris"),
-        ("0.800", "big red dog", "small blue cat"),
-    ]
-    lines = ["score\tsentence1\tsentence2"] + [f"{s}\t{a}\t{b}" for s, a, b in rows * 3]
+    lines = ["score\tsentence1\tsentence2"] + [f"{s}\t{a}\t{b}" for s, a, b in STS_ROWS * 3]
     train = _write(data / "train.tsv", "\n".join(lines) + "\n")
     flags = ["--text_column", "sentence1", "--text_pair_column", "sentence2", "--label_column", "score"]
     flags += ["--num_train_epochs", "60", "--learning_rate", "2e-3"]
@@ -129,16 +109,7 @@ def pair(data: Path) -> tuple[list[str], str, str]:
 
 def ner(data: Path) -> tuple[list[str], str, str]:
     """IOB2 CoNLL with a CRF head."""
-    sentences = [
-        (["john", "smith", "lives", "in", "paris", "."], ["B-PER", "I-PER", "O", "O", "B-LOC", "O"]),
-        (
-            ["acme", "inc", "works", "in", "new", "york", "city"],
-            ["B-ORG", "I-ORG", "O", "O", "B-LOC", "I-LOC", "I-LOC"],
-        ),
-        (["the", "cat", "sat", "on", "the", "mat"], ["O"] * 6),
-        (["who", "lives", "in", "london", "?", "john", "does"], ["O", "O", "O", "B-LOC", "O", "B-PER", "O"]),
-    ]
-    blocks = ["\n".join(f"{w}\t{t}" for w, t in zip(words, tags)) for words, tags in sentences * 4]
+    blocks = ["\n".join(f"{w}\t{t}" for w, t in zip(words, tags)) for words, tags in SENTENCES * 4]
     train = _write(data / "train.conll", "\n\n".join(blocks) + "\n")
     flags = ["--crf", "true", "--num_train_epochs", "10", "--learning_rate", "3e-3", "--max_length", "32"]
     inputs = "john smith lives in new york city.\nacme inc works in paris\nthe cat sat on the mat\n"
@@ -147,31 +118,7 @@ def ner(data: Path) -> tuple[list[str], str, str]:
 
 def qa(data: Path) -> tuple[list[str], str, str]:
     """SQuAD v2 (unanswerable questions): the tuned null threshold is saved."""
-    questions = [
-        [
-            ("who lives in paris ?", "john smith", False),
-            ("where did the cat sit ?", "the mat", False),
-            ("what did the dog do ?", None, True),
-        ],
-        [
-            ("where does acme inc work ?", "new york city", False),
-            ("what did the dog play with ?", "a red ball", False),
-            ("who lives in london ?", None, True),
-        ],
-    ]
-    articles = []
-    for a, (context, qas) in enumerate(zip(CONTEXTS, questions)):
-        items = [
-            {
-                "id": f"a{a}q{q}",
-                "question": question,
-                "answers": [] if impossible else [{"text": answer, "answer_start": context.index(answer)}],
-                "is_impossible": impossible,
-            }
-            for q, (question, answer, impossible) in enumerate(qas)
-        ]
-        articles.append({"title": f"article {a}", "paragraphs": [{"context": context, "qas": items}]})
-    train = _write(data / "train.json", json.dumps({"version": "v2.0", "data": articles}))
+    train = _write(data / "train.json", json.dumps(squad_json(v2=True)))
     flags = ["--version_2_with_negative", "true", "--num_train_epochs", "10", "--learning_rate", "3e-3"]
     flags += ["--max_length", "32", "--doc_stride", "8", "--per_device_eval_batch_size", "3"]
     inputs = _jsonl(
@@ -187,18 +134,7 @@ def qa(data: Path) -> tuple[list[str], str, str]:
 
 def embedding(data: Path) -> tuple[list[str], str, str]:
     """Bi-encoder, CoSENT on scored pairs (saved in the sentence-transformers layout too)."""
-    pairs = [
-        ("the film was good", "the movie was good", 4.8),
-        ("the cat sat on the mat", "a cat sat on a mat", 4.6),
-        ("john lives in paris", "john smith lives in paris", 4.0),
-        ("the dog ran", "the cat sat", 1.0),
-        ("big red dog", "small blue cat", 0.4),
-        ("I love this movie", "I hate this film", 1.6),
-        ("what did the cat do", "the cat sat", 2.5),
-        ("acme inc works in new york", "acme works in new york city", 4.2),
-    ]
-    lines = ["sentence1\tsentence2\tscore"] + [f"{a}\t{b}\t{s}" for a, b, s in pairs]
-    train = _write(data / "pairs.tsv", "\n".join(lines) + "\n")
+    train = _write(data / "pairs.tsv", scored_pairs_tsv())
     inputs = (
         "sentence1\tsentence2\nthe film was good\tthe movie was good\n"
         "big red dog\tsmall blue cat\njohn lives in paris\tthe cat sat on the mat\n"
