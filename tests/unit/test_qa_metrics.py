@@ -1,5 +1,7 @@
 """Official SQuAD v1.1/v2.0 and CMRC 2018 scores on hand-made cases worked out by hand."""
 
+import json
+
 import pytest
 
 from encoder_tasks.tasks.qa import evaluation as sm
@@ -42,20 +44,58 @@ def test_empty_answers_differ_between_v1_and_v2():
 
 
 def test_v2_threshold_splits_and_best_threshold():
-    golds = {"a": ["Paris"], "b": ["blue whale", "whale"], "c": [], "d": ["The"]}  # d: gold normalises to ""
+    # d: its gold normalises to "", yet it has an answer, so it is HasAns (official script)
+    golds = {"a": ["Paris"], "b": ["blue whale", "whale"], "c": [], "d": ["The"]}
     spans = {"a": "Paris", "b": "whale shark", "c": "London", "d": "Rome"}
     na = {"a": -3.0, "b": 1.0, "c": 2.0, "d": -1.0}
     m = sm.squad_v2_scores(golds, spans, na, na_prob_thresh=0.0)
     # threshold 0: a answered (right), b -> no answer (wrong), c -> no answer (right), d answered (wrong)
     assert m["exact"] == 50.0 and m["f1"] == 50.0 and m["total"] == 4
-    assert (m["HasAns_total"], m["HasAns_exact"], m["NoAns_total"], m["NoAns_exact"]) == (2, 50.0, 2, 50.0)
-    # search, in increasing na: start at 2 (both no-answer right); a +1 -> 3 (best, thresh -3);
-    # d -1 -> 2; b +2/3 (f1 of 'whale shark' vs 'whale') -> 2.67; c -1 -> 1.67
-    assert m["best_f1"] == pytest.approx(75.0) and m["best_f1_thresh"] == -3.0
-    assert m["best_exact"] == pytest.approx(75.0) and m["best_exact_thresh"] == -3.0
+    assert (m["HasAns_total"], m["NoAns_total"], m["NoAns_exact"]) == (3, 1, 100.0)
+    assert m["HasAns_exact"] == pytest.approx(100 / 3)
+    # search, in increasing na: start at 1 (c, the one no-answer, right); a +1 -> 2 (best, thresh -3);
+    # d +0 -> 2; b +2/3 (f1 of 'whale shark' vs 'whale') -> 2.67 (best f1, thresh 1); c -1 -> 1.67
+    assert m["best_f1"] == pytest.approx(200 / 3) and m["best_f1_thresh"] == 1.0
+    assert m["best_exact"] == pytest.approx(50.0) and m["best_exact_thresh"] == -3.0
     # a threshold above every na answers everything: a right, b f1 2/3, c and d wrong
     high = sm.squad_v2_scores(golds, spans, na, na_prob_thresh=10.0)
     assert high["exact"] == 25.0 and high["f1"] == pytest.approx(100 * (1 + 2 / 3) / 4)
+
+
+def test_v2_a_gold_that_normalises_to_nothing_is_still_answerable():
+    # evaluate-v2.0.py: HasAns is bool(qa["answers"]) on the raw texts; only the exact/F1
+    # comparison drops golds that normalise to "" (leaving "" as the one correct answer).
+    golds = {"a": ["The"], "b": ["a."], "c": [], "d": ["Paris"]}
+    assert sm.make_qid_to_has_ans(golds) == {"a": True, "b": True, "c": False, "d": True}
+    spans = {"a": "", "b": "London", "c": "", "d": "Paris"}
+    na = {"a": 0.1, "b": 0.2, "c": 0.9, "d": 0.3}
+    m = sm.squad_v2_scores(golds, spans, na, na_prob_thresh=0.5)
+    # below the threshold: a "" matches its emptied gold (right), b wrong, d right; c -> no answer (right)
+    assert (m["HasAns_total"], m["NoAns_total"]) == (3, 1)
+    assert m["HasAns_exact"] == pytest.approx(200 / 3) and m["NoAns_exact"] == 100.0
+    assert m["exact"] == 75.0 and m["f1"] == 75.0
+    # "no answer" on a HasAns question is wrong, even when its gold normalises to ""
+    low = sm.squad_v2_scores(golds, spans, na, na_prob_thresh=0.0)
+    assert low["HasAns_exact"] == 0.0 and low["exact"] == 25.0
+    # search: start 1 (c); a +1 -> 2 (best, 0.1); b +0; d +1 -> 3 (best, 0.3); c "" -> +0
+    assert m["best_exact"] == 75.0 and m["best_exact_thresh"] == 0.3
+
+
+@pytest.mark.parametrize("thresh", [1.0, 0.25, 0.0])
+def test_v2_equals_the_official_script_on_golds_that_normalise_to_nothing(tmp_path, thresh):
+    from tests.assets import squad_v2_official as official
+
+    golds = {"a": ["The"], "b": ["a.", "An!"], "c": [], "d": ["Paris", "the"], "e": ["blue whale"], "f": []}
+    spans = {"a": "", "b": "London", "c": "the", "d": "paris", "e": "whale", "f": "Rome"}
+    na = {"a": 0.1, "b": 0.2, "c": 0.9, "d": 0.3, "e": 0.2, "f": 0.1}
+    qas = [{"id": q, "answers": [{"text": t} for t in texts]} for q, texts in golds.items()]
+    paths = [tmp_path / name for name in ("data.json", "pred.json", "na.json")]
+    for path, content in zip(paths, [{"data": [{"paragraphs": [{"qas": qas}]}]}, spans, na]):
+        path.write_text(json.dumps(content))
+    expected = official.evaluate_files(*paths, na_prob_thresh=thresh)
+    ours = sm.squad_v2_scores(golds, spans, na, na_prob_thresh=thresh)
+    assert (expected["HasAns_total"], expected["NoAns_total"]) == (4, 2)
+    assert {k: ours[k] for k in expected} == expected
 
 
 def test_v2_best_threshold_can_beat_the_used_one():

@@ -7,10 +7,15 @@ scripts line by line (``evaluate-v1.1.py``, ``evaluate-v2.0.py`` from the SQuAD 
 - v1.1: exact match and F1 of the normalised answer (lowercase, punctuation removed,
   articles a/an/the removed, whitespace collapsed), the maximum over the gold answers;
   an empty prediction scores 0.
-- v2.0: gold answers that normalise to nothing are dropped (none left means "no answer",
-  gold ``""``); F1 of two empty answers is 1; a no-answer probability above the threshold
-  turns the prediction into "no answer"; HasAns/NoAns splits; ``best_exact``/``best_f1``
-  and their thresholds from the same search as the official script.
+- v2.0: a question is answerable (HasAns) when it has any gold answer, before
+  normalisation (the official ``make_qid_to_has_ans``: ``bool(qa['answers'])``); for the
+  exact/F1 scores, gold answers that normalise to nothing are dropped (none left: the only
+  correct answer is ``""``, even for a HasAns question whose golds are all "the" or "a.");
+  F1 of two empty answers is 1; a no-answer probability above the threshold turns the
+  prediction into "no answer" (right only for NoAns questions); HasAns/NoAns splits;
+  ``best_exact``/``best_f1`` and their thresholds from the same search as the official
+  script. Where the official script has no answer, :func:`squad_v2_scores` says what it
+  does instead: missing predictions, empty totals, ``best_*`` without no-answer scores.
 - CMRC 2018: F1 from the longest common *substring* of character segments (Chinese
   characters one by one, other text as words), exact match after removing Chinese and
   ASCII punctuation. The official script segments non-Chinese runs with
@@ -108,8 +113,27 @@ def squad_v1_scores(golds: dict[str, list[str]], predictions: dict[str, str]) ->
     }
 
 
+def make_qid_to_has_ans(golds: dict[str, list[str]]) -> dict[str, bool]:
+    """Answerable or not, as the official script: any gold answer at all, even one that
+    normalises to nothing (``"The"``), makes a question HasAns.
+
+    Example:
+        >>> make_qid_to_has_ans({"a": ["Paris"], "b": [], "c": ["The"]})
+        {'a': True, 'b': False, 'c': True}
+    """
+    return {qid: bool(answers) for qid, answers in golds.items()}
+
+
 def get_raw_scores(golds: dict[str, list[str]], predictions: dict[str, str]):
-    """Per-question exact and F1 before any no-answer threshold (``evaluate-v2.0.py``)."""
+    """Per-question exact and F1 before any no-answer threshold (``evaluate-v2.0.py``).
+
+    Gold answers that normalise to nothing are dropped here (and only here); with none left
+    the only correct answer is ``""``.
+
+    Example:
+        >>> get_raw_scores({"a": ["The"], "b": ["blue whale"]}, {"a": "", "b": "whale"})
+        ({'a': 1, 'b': 0}, {'a': 1.0, 'b': 0.6666666666666666})
+    """
     exact, f1 = {}, {}
     for qid, answers in golds.items():
         gold_answers = [a for a in answers if normalize_answer(a)]
@@ -132,7 +156,8 @@ def apply_no_ans_threshold(scores, na_probs, qid_to_has_ans, na_prob_thresh):
 
 
 def make_eval_dict(exact_scores, f1_scores, qid_list=None) -> dict:
-    if qid_list is None:
+    # ``not qid_list`` as the official script: an empty list means every question.
+    if not qid_list:
         total = len(exact_scores)
         return {
             "exact": 100.0 * sum(exact_scores.values()) / total if total else 0.0,
@@ -181,7 +206,12 @@ def squad_v2_scores(
     of each question (higher = more likely unanswerable; default 0 for all, as the official
     script without ``--na-prob-file``). A question whose ``na_prob > na_prob_thresh`` counts as
     answered "no answer". Returns exact/f1/total, the HasAns_*/NoAns_* splits, and
-    best_exact/best_f1 with their thresholds.
+    best_exact/best_f1 with their thresholds: the official script's numbers, key for key.
+
+    Where the official script has no answer: a question without a prediction (the official
+    script leaves it out of its totals, or fails on it) is scored wrong and counted in
+    ``missing``; an empty set scores 0 (not a division by zero); ``best_*`` is reported even
+    without ``na_probs`` (the official script only prints it with ``--na-prob-file``).
 
     Example:
         >>> m = squad_v2_scores({"a": ["Paris"], "b": []}, {"a": "paris", "b": "London"},
@@ -191,9 +221,7 @@ def squad_v2_scores(
     """
     if na_probs is None:
         na_probs = {k: 0.0 for k in predictions}
-    qid_to_has_ans = {
-        qid: bool([a for a in answers if normalize_answer(a)]) for qid, answers in golds.items()
-    }
+    qid_to_has_ans = make_qid_to_has_ans(golds)
     has_ans = [k for k, v in qid_to_has_ans.items() if v]
     no_ans = [k for k, v in qid_to_has_ans.items() if not v]
     exact_raw, f1_raw = get_raw_scores(golds, predictions)
