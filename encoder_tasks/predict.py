@@ -33,7 +33,8 @@ PRECISIONS = ("auto", "fp32", "bf16")
 def autocast_for(device: torch.device | str, precision: str = "auto"):
     """A context manager: bf16 autocast on ``device`` when ``precision`` asks for it.
 
-    ``auto`` means bf16 where it is native (a bf16 GPU, a CPU with AVX512-BF16 or AMX);
+    ``auto`` means bf16 where it is native (a bf16 GPU or Intel XPU, a CPU with AVX512-BF16 or
+    AMX; not Apple MPS: see :func:`encoder_tasks.training_args.native_bf16_available`);
     measured 2.1x for MiniLM prediction on an AVX512-BF16 CPU, outputs read back in fp32.
     """
     from .training_args import native_bf16_available
@@ -53,16 +54,12 @@ def inference_device() -> torch.device:
 
     ``ENCODER_TASKS_DEVICE`` (``cpu``, ``cuda:1``...) chooses one explicitly.
     """
+    from .training_args import available_accelerator  # the one detection training uses too
+
     chosen = os.environ.get("ENCODER_TASKS_DEVICE")
     if chosen:
         return torch.device(chosen)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    if hasattr(torch, "xpu") and torch.xpu.is_available():
-        return torch.device("xpu")
-    return torch.device("cpu")
+    return torch.device(available_accelerator() or "cpu")
 
 
 def load_for_prediction(

@@ -160,7 +160,11 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
     prepared = setup.prepared
     set_seed(training_args.seed)  # the same RNG state a search trial's model_init sees
     model = setup.model_init()
-    check_free_space(training_args.output_dir, model, training_args)
+    if training_args.should_save:
+        # Only the processes that write measure the disk: on several machines with their own
+        # disks, the others have no output directory (machine 0's first process writes the run;
+        # with --save_on_each_node, each machine's first process keeps its own copy).
+        check_free_space(training_args.output_dir, model, training_args)
     # Keeps the last evaluation's predictions for the plots (no extra pass over the data).
     recorder = PredictionRecorder(prepared.compute_metrics) if prepared.compute_metrics else None
     trainer = make_trainer(

@@ -5,6 +5,8 @@ It overrides only what differs from the stock Trainer:
   ``save_pretrained`` (config, weights, label names), and every checkpoint reloads;
 - checkpoints are written atomically (``tmp-checkpoint-N``, then renamed; see
   :mod:`encoder_tasks.checkpoints`), so a kill never leaves a half-written one to resume;
+- every process's RNG state is written by the process that saves (not by each process), so
+  on several machines with their own disks only the writer's disk gets a checkpoint;
 - length-grouped training batches come from a sampler seeded by (seed, epoch), so a resumed
   run sees the same batches in the same order as an uninterrupted one;
 - evaluation batches are sorted by length (less padding, same metrics);
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 import zlib
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -324,6 +328,27 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
                 best_model_checkpoint=self.state.best_model_checkpoint,
                 use_mtime=True,
             )
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        """Every process's ``rng_state_<i>.pth``, written by the processes that save.
+
+        The stock Trainer has each process write its own file into the checkpoint. On several
+        machines with their own disks that leaves, on every machine but the writer's, a
+        ``tmp-checkpoint-N`` that is never published, and the published checkpoint lacks those
+        states. The states travel to the writers instead (one small gather per checkpoint).
+        """
+        if self.args.world_size <= 1:
+            return super()._save_rng_state(output_dir)
+        from accelerate.utils import gather_object
+
+        with tempfile.TemporaryDirectory(prefix="encoder-tasks-rng-") as scratch:
+            super()._save_rng_state(scratch)  # transformers decides what a state holds
+            mine = Path(scratch, f"rng_state_{self.args.process_index}.pth").read_bytes()
+        states = gather_object([mine])  # in process order, on every process
+        if self.args.should_save:
+            os.makedirs(output_dir, exist_ok=True)
+            for index, data in enumerate(states):
+                Path(output_dir, f"rng_state_{index}.pth").write_bytes(data)
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         output_dir = output_dir if output_dir is not None else self.args.output_dir

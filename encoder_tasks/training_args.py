@@ -9,9 +9,12 @@ Defaults are chosen to serve any dataset, not one we can see:
 - non-padding tokens counted, so real tokens per second can be reported,
 - padding-free attention on GPUs with a FlashAttention encoder (``--padding_free auto``; see
   :mod:`encoder_tasks.padding_free`),
-- bf16 autocast where the hardware runs it natively (``--mixed_precision auto``): GPUs with
-  bf16, and CPUs with AVX512-BF16 or AMX (measured 1.8x per MiniLM training step on an
-  AVX512-BF16 CPU). Losses, the CRF and metrics stay in fp32.
+- the accelerator when there is one (CUDA, Apple MPS, Intel XPU); the CPU without one, or
+  with ``--use_cpu true``,
+- bf16 autocast where the hardware runs it natively (``--mixed_precision auto``): GPUs and
+  Intel XPUs with bf16, and CPUs with AVX512-BF16 or AMX (measured 1.8x per MiniLM training
+  step on an AVX512-BF16 CPU); fp32 on Apple MPS unless asked. Losses, the CRF and metrics
+  stay in fp32.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ class EncoderTrainingArguments(TrainingArguments):
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
-            "help": "Allow writing into an output_dir that already holds a run (its files are replaced)."
+            "help": "Start a new run in an output_dir that already holds one: the earlier run moves, whole, to "
+            "<output_dir>.replaced-<time> beside it (never deleted; the log says where)."
         },
     )
     resume: bool = field(
@@ -111,8 +115,6 @@ class EncoderTrainingArguments(TrainingArguments):
     )
 
     def __post_init__(self):
-        import torch
-
         self._resolve_mixed_precision()
         self.padding_free = str(self.padding_free).lower()
         from .padding_free import CHOICES
@@ -124,12 +126,23 @@ class EncoderTrainingArguments(TrainingArguments):
                 f"--padding_free must be {', '.join(CHOICES[:-1])} or {CHOICES[-1]}, found {self.padding_free!r}"
             )
 
-        if not torch.cuda.is_available():
-            # Pinned memory only helps copies to an accelerator; on CPU it just warns.
+        accelerator = available_accelerator()
+        if accelerator != "cuda":
+            # Pinned memory only speeds copies to a CUDA device; elsewhere it just warns.
             self.dataloader_pin_memory = False
-            # Without a GPU, processes started by `accelerate launch` (torchrun) must join a CPU
-            # (gloo) process group; accelerate only does that when told the run is on the CPU.
+        if accelerator is None:
+            # Without an accelerator, processes started by `accelerate launch` (torchrun) must
+            # join a CPU (gloo) process group; accelerate only does that when told the run is
+            # on the CPU. With one (CUDA, Apple MPS, Intel XPU) the CPU is used only on request.
+            # (transformers also accepts bf16 without an accelerator only when told so.)
             self.use_cpu = True
+        elif not self.use_cpu and accelerator != "cuda":
+            precision = "bf16 autocast" if self.bf16 else "fp16 autocast" if self.fp16 else "fp32"
+            logger.info(
+                "training on %s (%s); --use_cpu true trains on the CPU",
+                ACCELERATOR_NAMES[accelerator],
+                precision,
+            )
         super().__post_init__()
 
     def _resolve_mixed_precision(self) -> None:
@@ -149,11 +162,6 @@ class EncoderTrainingArguments(TrainingArguments):
         self.bf16 = choice == "bf16"
         self.fp16 = choice == "fp16"
         self.mixed_precision = choice
-        if self.bf16:
-            import torch
-
-            # transformers only accepts bf16 without a GPU when told it runs on the CPU.
-            self.use_cpu = self.use_cpu or not torch.cuda.is_available()
 
 
 #: Fewer optimiser steps than this at batch 16 and a supervised task gets batch 8 (when the
@@ -213,18 +221,71 @@ def resolve_batch_size(args, task: str, train_examples: int) -> int | None:
     return SMALL_BATCH
 
 
-@functools.lru_cache(maxsize=2)
-def native_bf16_available(use_cpu: bool = False) -> bool:
-    """True where bf16 matmuls run natively: a bf16 GPU, or a CPU with AVX512-BF16 / AMX.
+#: What the log says for each accelerator :func:`available_accelerator` finds.
+ACCELERATOR_NAMES = {"cuda": "CUDA", "mps": "Apple MPS", "xpu": "Intel XPU"}
+
+
+def available_accelerator() -> str | None:
+    """The accelerator torch can use here: ``"cuda"``, ``"mps"`` (Apple), ``"xpu"`` (Intel), else None.
+
+    The one place the toolkit looks for one: training uses it unless ``--use_cpu true``, and
+    prediction (:func:`encoder_tasks.predict.inference_device`) too.
 
     Example:
-        >>> isinstance(native_bf16_available(), bool)
+        >>> available_accelerator() in (None, "cuda", "mps", "xpu")
         True
     """
     import torch
 
-    if torch.cuda.is_available() and not use_cpu:
-        return torch.cuda.is_bf16_supported()
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        return "xpu"
+    return None
+
+
+def native_bf16_available(use_cpu: bool = False) -> bool:
+    """True where ``--mixed_precision auto`` picks bf16 on the device a run uses.
+
+    That device is the CPU when ``use_cpu``, else :func:`available_accelerator` (the CPU
+    without one). bf16 counts as native on a CUDA GPU or Intel XPU that reports bf16 support,
+    and on a CPU with AVX512-BF16 or AMX. Apple MPS stays fp32 under ``auto`` (bf16 there needs
+    macOS 14, and is emulated in fp32 on M1/M2): ``--mixed_precision bf16`` asks for it.
+
+    Example:
+        >>> isinstance(native_bf16_available(), bool)
+        True
+        >>> native_bf16_available(use_cpu=True) == native_bf16_on("cpu")
+        True
+    """
+    return native_bf16_on("cpu" if use_cpu else available_accelerator() or "cpu")
+
+
+@functools.lru_cache(maxsize=8)
+def native_bf16_on(device_type: str) -> bool:
+    """Whether bf16 matmuls run natively on a device of this type (``cpu``, ``cuda``, ``mps``, ``xpu``).
+
+    Example:
+        >>> native_bf16_on("mps")  # fp32 on Apple GPUs unless the user asks for bf16
+        False
+    """
+    import torch
+
+    if device_type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device_type == "xpu":
+        xpu = getattr(torch, "xpu", None)
+        check = getattr(xpu, "is_bf16_supported", None)
+        return bool(xpu is not None and xpu.is_available() and check is not None and check())
+    return device_type == "cpu" and _cpu_has_bf16()
+
+
+def _cpu_has_bf16() -> bool:
+    """AVX512-BF16 or AMX in ``/proc/cpuinfo`` (False where there is none to read)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             flags = next((line for line in handle if line.startswith("flags")), "")

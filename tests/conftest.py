@@ -7,9 +7,15 @@ and the hook that makes each test's tier follow its folder:
 - ``tests/cli/``: the real CLI end to end on tiny models (marked ``cli``; in ``make test``);
 - ``tests/slow/``: marked ``slow`` (``make test-slow``);
 - ``tests/multiprocess/``: marked ``multiprocess`` (``make test-multiprocess``).
+
+A test skipped because a package of the development install is missing (``pytest.importorskip``
+of a module in ``REQUIRED_MODULES``) FAILS instead: ``make install`` installs them, so such a skip
+means a broken environment, not an optional feature (``ENCODER_TASKS_ALLOW_MISSING=1`` lets them
+skip, for a partial install).
 """
 
 import os
+import re
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # any download attempt fails loudly
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -56,6 +62,69 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             "tests in the wrong folder (the folder decides the tier; move them):\n  " + "\n  ".join(misplaced)
         )
+
+
+#: Modules of the extras the Makefile's install line installs (pyproject.toml: dev, onnx, plots,
+#: search, peft, sentence-transformers, chinese, tensorboard): a test may not skip for want of them.
+REQUIRED_MODULES = frozenset(
+    {
+        "hypothesis",
+        "jieba",
+        "matplotlib",
+        "onnx",
+        "onnxruntime",
+        "onnxscript",
+        "optuna",
+        "peft",
+        "sentence_transformers",
+        "tensorboard",
+    }
+)
+ALLOW_MISSING = "ENCODER_TASKS_ALLOW_MISSING"
+_IMPORT_SKIP = re.compile(r"could not import '([\w.]+)'")  # pytest.importorskip's reason
+
+
+def missing_required(reason: str) -> str | None:
+    """The required module a skip ``reason`` says could not be imported, else None.
+
+    Example:
+        >>> missing_required("could not import 'jieba': No module named 'jieba'")
+        'jieba'
+        >>> missing_required("could not import 'flash_attn': No module named 'flash_attn'") is None
+        True
+    """
+    match = _IMPORT_SKIP.search(reason)
+    if match and match.group(1).split(".")[0] in REQUIRED_MODULES:
+        return match.group(1)
+    return None
+
+
+def _fail_required_skip(report, where: str) -> None:
+    if not report.skipped or hasattr(report, "wasxfail") or os.environ.get(ALLOW_MISSING) == "1":
+        return
+    longrepr = report.longrepr
+    module = missing_required(longrepr[2] if isinstance(longrepr, tuple) else str(longrepr))
+    if module is not None:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{where} skipped because {module!r} is missing, but the development install has it: run "
+            f"`make install` (the extras in the Makefile's install line), or set {ALLOW_MISSING}=1 to let "
+            "it skip"
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    _fail_required_skip(report, item.nodeid)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    report = yield  # a module-level importorskip skips the whole module at collection
+    _fail_required_skip(report, collector.nodeid)
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -4,14 +4,16 @@
     encoder-tasks export RUN_DIR DEST --format onnx         # model.onnx + tokenizer + settings
 
 ``--format auto`` writes the task's own layout when it has one (embedding:
-sentence-transformers), else the stock transformers layout: an ``AutoModelFor*`` with no
-custom code, so ``transformers.pipeline`` serves it.
+sentence-transformers), else the stock transformers layout: an ``AutoModelFor*`` that
+``transformers.pipeline`` serves, with no custom code, except for sequence heads no stock class
+can express (mean or max pooling, the default; ModernBERT), which ship ``modeling_encoder_tasks.py``
+and load with ``trust_remote_code=True`` (``remote_code.py``).
 
 ============== ======================================= =========================================
 task           exported as                             condition
 ============== ======================================= =========================================
-classification ``AutoModelForSequenceClassification``  ``--pooling cls`` (``tasks/classification/stock.py``)
-pair           ``AutoModelForSequenceClassification``  ``--pooling cls``
+classification ``AutoModelForSequenceClassification``  always; remote code unless ``--pooling cls``
+pair           ``AutoModelForSequenceClassification``  as classification (``tasks/classification/stock.py``)
 ner            ``AutoModelForTokenClassification``     no CRF (a CRF goes to ONNX + numpy Viterbi)
 qa             ``AutoModelForQuestionAnswering``       always (transformers 5 has no QA pipeline)
 mlm            ``AutoModelForMaskedLM``                a stock head of the same shape (checked)
@@ -24,11 +26,18 @@ Each task converts its own head (its ``stock_model`` and ``extra_layouts`` hooks
 - ``stock.py``: helpers for the stock layouts and the checked export;
 - ``onnx.py``: the ONNX graph, its outputs and dynamic axes from the task's ``onnx_outputs``;
 - ``onnx_runtime.py``: :class:`OnnxModel` (serving with onnxruntime) and the numpy Viterbi;
-- ``samples.py``: the sample inputs both checks score.
+- ``samples.py``: the sample inputs both checks score;
+- ``remote_code.py`` and ``modeling_encoder_tasks.py``: the pooled sequence classifier shipped as
+  remote code;
+- ``staging.py``: the temporary folder an export is written and checked in.
 
-Every export is checked before it is written: the exported model and the toolkit model score
-the same sample inputs, and a difference above the tolerance refuses the export. ModernBERT's
-stock heads end in a LayerNorm (not invertible), so its models export to ONNX only.
+Every export is checked before it lands: it is written to a temporary folder inside the
+destination (``staging.py``), the exported model and the toolkit model score the same sample
+inputs there, and a difference above the tolerance refuses the export and removes the
+temporary folder; only a checked export moves into the destination. ONNX is checked with
+onnxruntime; without it the export says so (``"parity": "not checked: onnxruntime not
+installed"`` in ``export_info.json``, and a warning). ModernBERT's stock heads end in a
+LayerNorm (not invertible), so its token and span heads export to ONNX only.
 
 This module stays light (the CLI imports it); torch loads when an export runs.
 
@@ -41,6 +50,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 from ..errors import UserError
@@ -96,7 +106,12 @@ def export_model(
             f"export: {model_dir}/{TASK_FILE}: unknown task {metadata.get('task')!r}; "
             f"expected one of {', '.join(TASKS)}"
         )
+    from .staging import leftovers, staged
+
     dest = Path(dest)
+    for folder in leftovers(dest):  # an interrupted export's temporary folder: never an export
+        shutil.rmtree(folder, ignore_errors=True)
+        logger.info("removed %s: the temporary folder of an interrupted export", folder)
     if dest.exists() and any(dest.iterdir()) and not overwrite:
         raise UserError(f"export: {dest} already holds files; choose another destination or pass --overwrite")
     if Path(model_dir).resolve() == dest.resolve():
@@ -104,26 +119,28 @@ def export_model(
     layouts = task.extra_layouts()
     if fmt == "auto":
         fmt = next(iter(layouts), "transformers")
-    if fmt in layouts:
-        info = layouts[fmt](model_dir, dest)
-    elif fmt in SHARED_FORMATS:
-        from ..heads import EncoderWithHead
-
-        model = EncoderWithHead.from_pretrained(model_dir)
-        tokenizer = load_tokenizer(model_dir)
-        if fmt == "transformers":
-            from .stock import export_transformers
-
-            info = export_transformers(model, tokenizer, dest, task)
-        else:
-            from .onnx import export_onnx
-
-            info = export_onnx(model, tokenizer, dest, task, opset=opset)
-    else:
+    if fmt not in layouts and fmt not in SHARED_FORMATS:
         known = ", ".join(["auto", *SHARED_FORMATS, *layouts])
         raise UserError(f"export: --format {fmt!r}: a {task.name} model exports as one of {known}")
-    info.update({"source": str(model_dir), "task": task.name})
-    write_json(dest / EXPORT_INFO, info)
+    # Written and checked in a temporary folder, moved into dest only when every check passed.
+    with staged(dest) as staging:
+        if fmt in layouts:
+            info = layouts[fmt](model_dir, staging)
+        else:
+            from ..heads import EncoderWithHead
+
+            model = EncoderWithHead.from_pretrained(model_dir)
+            tokenizer = load_tokenizer(model_dir)
+            if fmt == "transformers":
+                from .stock import export_transformers
+
+                info = export_transformers(model, tokenizer, staging, task)
+            else:
+                from .onnx import export_onnx
+
+                info = export_onnx(model, tokenizer, staging, task, opset=opset)
+        info.update({"source": str(model_dir), "task": task.name})
+        write_json(staging / EXPORT_INFO, info)
     return info
 
 
@@ -148,6 +165,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--overwrite", action="store_true", help="Write into a non-empty destination.")
     args = parser.parse_args(argv)
     info = export_model(args.model_dir, args.dest, args.format, args.opset, args.overwrite)
-    checked = f" (checked: max |diff| {info['max_abs_diff']:.2e})" if "max_abs_diff" in info else ""
+    if "max_abs_diff" in info:
+        checked = f" (checked: max |diff| {info['max_abs_diff']:.2e})"
+    else:
+        checked = f" (parity {info['parity']})" if "parity" in info else ""
     logger.info("exported %s model to %s as %s%s", info["task"], args.dest, info["format"], checked)
     return 0

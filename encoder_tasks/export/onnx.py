@@ -10,11 +10,12 @@ output names) and, for a CRF tagger, ``crf.npz``: the CRF stays outside the grap
 Example:
     >>> from encoder_tasks.export.onnx import export_onnx             # doctest: +SKIP
     >>> export_onnx(model, tokenizer, "exported/onnx", TASKS["ner"])  # doctest: +SKIP
-    {'format': 'onnx', 'opset': 17, 'max_abs_diff': 2.1e-06}
+    {'format': 'onnx', 'opset': 17, 'parity': 'checked', 'max_abs_diff': 2.1e-06}
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,6 +26,12 @@ from torch import nn
 from ..data.writers import write_json
 from . import ExportError
 from .samples import sample_batches
+from .staging import staged
+
+logger = logging.getLogger(__name__)
+
+#: ``export_info.json``'s ``parity`` where onnxruntime was missing.
+PARITY_NOT_CHECKED = "not checked: onnxruntime not installed"
 
 
 class OnnxGraph(nn.Module):
@@ -45,19 +52,46 @@ class OnnxGraph(nn.Module):
 
 
 def export_onnx(model, tokenizer, dest: str | Path, task, opset: int = 17, tolerance: float = 1e-4) -> dict:
-    """Write ``model.onnx`` (+ tokenizer, settings, CRF scores) to ``dest`` and check it against PyTorch.
+    """Write ``model.onnx`` (+ tokenizer, settings, CRF scores) to ``dest``, checked against PyTorch.
 
     The graph takes ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the tokenizer
-    makes them and the encoder reads them). Without onnxruntime the graph is written unchecked
-    (``info["checked"]`` says so).
+    makes them and the encoder reads them). Everything is written to a temporary folder inside
+    ``dest`` and moves into ``dest`` once onnxruntime's outputs match PyTorch's (a mismatch
+    raises :class:`~encoder_tasks.export.ExportError` and leaves no ``model.onnx``). Without
+    onnxruntime the graph is written unchecked, and ``info["parity"]`` and a warning say so.
     """
+    model = model.eval().float()
+    with staged(dest) as staging:
+        inputs, batches = _write(model, tokenizer, staging, task, opset)
+        info = {"format": "onnx", "opset": opset}
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            info["parity"] = PARITY_NOT_CHECKED
+            logger.warning(
+                "%s: the ONNX graph's outputs were not compared with PyTorch's (parity %s; "
+                "pip install 'encoder-tasks[onnx]' to check them)",
+                dest,
+                PARITY_NOT_CHECKED,
+            )
+            return info
+        diff, scale = onnx_parity(model, staging, batches, inputs, tuple(task.onnx_outputs))
+        allowed = tolerance * (1.0 + scale)
+        if not diff <= allowed:
+            raise ExportError(
+                f"the ONNX graph's outputs differ from PyTorch's by {diff:.3g} (tolerance {allowed:.3g}); "
+                "not written. Please report this with the model type"
+            )
+        info.update({"parity": "checked", "max_abs_diff": diff})
+    return info
+
+
+def _write(model, tokenizer, dest: Path, task, opset: int) -> tuple[list[str], list[dict]]:
+    """The graph, tokenizer, settings and CRF scores in ``dest``; returns (graph inputs, sample batches)."""
     from ..backbone import TASK_FILE
     from ..task import SETTINGS_FORMAT
     from .onnx_runtime import crf_arrays
 
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    model = model.eval().float()
     outputs: Mapping[str, tuple[str, ...]] = task.onnx_outputs
     batches = sample_batches(tokenizer)
     traced = batches[-1]  # the pairs: token type ids that vary
@@ -96,17 +130,7 @@ def export_onnx(model, tokenizer, dest: str | Path, task, opset: int = 17, toler
     crf = getattr(model, "crf", None)  # a CRF decodes outside the graph
     if crf is not None:
         np.savez(dest / "crf.npz", **crf_arrays(crf))
-    info = {"format": "onnx", "opset": opset}
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        info["checked"] = "onnxruntime not installed; parity not checked"
-        return info
-    diff, scale = onnx_parity(model, dest, batches, inputs, tuple(outputs))
-    if not diff <= tolerance * (1.0 + scale):
-        raise ExportError(f"the ONNX graph's outputs differ from PyTorch's by {diff:.3g}; please report this")
-    info["max_abs_diff"] = diff
-    return info
+    return inputs, batches
 
 
 def _graph_inputs(path: Path, fallback: list[str]) -> list[str]:

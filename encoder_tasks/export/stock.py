@@ -122,4 +122,12 @@ def export_transformers(model, tokenizer, dest: str | Path, task, tolerance: flo
     dest.mkdir(parents=True, exist_ok=True)
     stock.save_pretrained(dest)
     tokenizer.save_pretrained(dest)
-    return {"format": "transformers", "architecture": type(stock).__name__, "max_abs_diff": diff}
+    info = {
+        "format": "transformers",
+        "architecture": type(stock).__name__,
+        "parity": "checked",
+        "max_abs_diff": diff,
+    }
+    if getattr(stock.config, "auto_map", None):  # its modeling file ships with it (remote_code.py)
+        info["trust_remote_code"] = True
+    return info

@@ -72,6 +72,36 @@ def _per_class(metrics: dict) -> dict:
     return {}
 
 
+def _tuned_notes(metadata: dict, metrics: dict) -> list[str]:
+    """Settings tuned on the evaluation data after training (saved as ``<name>_tuned_on``):
+    which data, and that scores with them on that same data are optimistic.
+
+    Example:
+        >>> record = {"path": "/d/dev.json", "sha256": "ab" * 32}
+        >>> (note,) = _tuned_notes({"null_threshold": -1.5, "null_threshold_tuned_on": record}, {})
+        >>> note[:52]
+        '- `null_threshold` (-1.5) was tuned on `/d/dev.json`'
+        >>> "optimistic" in note
+        True
+    """
+    notes = []
+    for key, record in metadata.items():
+        if not key.endswith("_tuned_on") or not isinstance(record, dict):
+            continue
+        name = key[: -len("_tuned_on")]
+        value = metadata.get(name)
+        shown = f" ({_fmt(value)})" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+        digest = f" (sha256 `{record['sha256'][:12]}`)" if record.get("sha256") else ""
+        notes.append(
+            f"- `{name}`{shown} was tuned on `{record.get('path')}`{digest} after training: scores computed "
+            "with it on that same data (`tuned_*`, `best_*`) are optimistic. `predict` and `evaluate` use it; "
+            "`evaluate` warns when given that same data."
+        )
+    if notes and isinstance(metrics.get("tuned_note"), str):
+        notes.append(f"- {metrics['tuned_note']}.")
+    return notes
+
+
 def render_model_card(
     task: str,
     metadata: dict,
@@ -152,6 +182,9 @@ def render_model_card(
                 if isinstance(scores, dict)
             ],
         )
+    tuned = _tuned_notes(metadata, metrics)
+    if tuned:
+        lines += ["", "Tuned on the evaluation data:", "", *tuned]
     lines += [""]
 
     lines += ["## Reproduce", "", "```bash", command or "(command not recorded)", "```", ""]

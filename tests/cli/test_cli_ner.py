@@ -46,8 +46,9 @@ def test_train_evaluate_predict(tiny_models, tmp_path, family, head, capsys):
     out = tmp_path / "run"
     flags = ["--crf"] if head == "crf" else ["--label_subtokens", "all"]
     metrics = run_train("ner", tiny_models[family], train, out, *FAST, *flags, validation=train)
-    for key in ("eval_f1_strict", "eval_f1_lenient", "eval_precision_strict", "eval_recall_lenient"):
-        assert 0.0 <= metrics[key] <= 1.0
+    for mode in ("strict", "lenient"):  # F1: the harmonic mean of the precision and recall given
+        p, r = metrics[f"eval_precision_{mode}"], metrics[f"eval_recall_{mode}"]
+        assert metrics[f"eval_f1_{mode}"] == pytest.approx(2 * p * r / (p + r) if p + r else 0.0)
     assert set(metrics["eval_per_type"]) <= {"PER", "LOC", "ORG"}
     meta = read_json(out / "encoder_tasks.json")
     assert meta["format_version"] == 2 and meta["head_class"] == "encoder_tasks.tasks.ner.model:TokenTagger"

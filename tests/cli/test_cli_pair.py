@@ -4,7 +4,7 @@ import pytest
 
 from encoder_tasks.cli import main
 from tests.helpers import FAST_TRAINING, evaluate_argv, read_json, run_predict, run_train, write
-from tests.samples import STS_COLUMNS, sts_lines
+from tests.samples import STS_COLUMNS, STS_ROWS, sts_lines
 
 FAST = list(FAST_TRAINING)
 
@@ -21,7 +21,15 @@ def sts(tmp_path):
 def test_pair_regression_train_evaluate_predict(tiny_models, sts, tmp_path, family):
     out = tmp_path / "run"
     metrics = run_train("pair", tiny_models[family], sts, out, *STS_COLUMNS, *FAST, validation=sts)
-    assert -1 <= metrics["eval_spearman"] <= 1 and -1 <= metrics["eval_pearson"] <= 1
+    import numpy as np
+    from scipy.stats import pearsonr, spearmanr
+
+    # the final evaluation's scores against the file's gold scores give its correlations again
+    saved = np.load(out / "eval_predictions.npz")
+    gold, predicted = saved["label_ids"], saved["predictions"].reshape(-1)
+    assert sorted(gold) == pytest.approx(sorted(float(score) for score, _, _ in STS_ROWS * 3))
+    assert metrics["eval_spearman"] == pytest.approx(spearmanr(predicted, gold)[0])
+    assert metrics["eval_pearson"] == pytest.approx(pearsonr(predicted, gold)[0])
     meta = read_json(out / "encoder_tasks.json")
     assert meta["task"] == "pair" and meta["settings"]["problem_type"] == "regression"
 
@@ -38,6 +46,11 @@ def test_pair_classification_and_wrong_task(tiny_bert, tmp_path, capsys):
     data = write(tmp_path / "para.csv", text)
     out = tmp_path / "run"
     metrics = run_train("pair", tiny_bert, data, out, *FAST, validation=data)
-    assert 0 <= metrics["eval_accuracy"] <= 1 and "eval_macro_f1" in metrics
+    import numpy as np
+
+    saved = np.load(out / "eval_predictions.npz")  # the final evaluation's logits and labels
+    assert sorted(saved["label_ids"]) == [0] * 4 + [1] * 4  # labels "0" and "1"
+    accuracy = (saved["predictions"].argmax(-1) == saved["label_ids"]).mean()
+    assert metrics["eval_accuracy"] == pytest.approx(accuracy) and "eval_macro_f1" in metrics
     assert main(evaluate_argv("classification", out, data)) == 2
     assert "holds a 'pair' model; use `encoder-tasks pair evaluate`" in capsys.readouterr().err

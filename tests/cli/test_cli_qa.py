@@ -27,7 +27,18 @@ def test_train_evaluate_predict(tiny_models, tmp_path, family, capsys):
     metrics = run_train("qa", tiny_models[family], train, out, *FAST_QA, validation=train)
     # every question scored once, though short windows give several rows per question
     assert metrics["eval_total"] == questions_in(data) and metrics["eval_missing"] == 0
-    assert 0.0 <= metrics["eval_exact"] <= metrics["eval_f1"] <= 100.0
+    # the same questions through `qa predict`, scored by the official v1.1 rules, score the same
+    from encoder_tasks.tasks.qa.evaluation import squad_v1_scores
+
+    asked = [(p["context"], q) for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
+    flat = "".join(
+        json.dumps({"id": q["id"], "question": q["question"], "context": c}) + "\n" for c, q in asked
+    )
+    flags = ["--max_length", "24", "--doc_stride", "6", "--precision", "fp32"]
+    predicted = run_predict("qa", out, write(tmp_path / "q.jsonl", flat), tmp_path / "a.jsonl", *flags)
+    golds = {q["id"]: [g["text"] for g in q["answers"]] for _, q in asked}
+    scores = squad_v1_scores(golds, {r["id"]: r["answer"] for r in predicted})
+    assert (metrics["eval_exact"], metrics["eval_f1"]) == pytest.approx((scores["exact"], scores["f1"]))
     meta = read_json(out / "encoder_tasks.json")
     assert meta["task"] == "qa" and meta["settings"]["version_2_with_negative"] is False
 

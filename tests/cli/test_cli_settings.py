@@ -21,7 +21,8 @@ def test_evaluate_uses_the_saved_max_length_and_columns(tiny_bert, review_data, 
     """The model trained at max_length 8 on column `review` evaluates at 8 on `review` unless told."""
     train, dev = review_data
     run = tmp_path / "run"
-    flags = ["--text_column", "review", "--max_length", "8", *FAST_TRAINING]
+    # Mean pooling: every token of a longer input moves the pooled vector, so length shows.
+    flags = ["--text_column", "review", "--max_length", "8", "--pooling", "mean", *FAST_TRAINING]
     trained = run_train("classification", tiny_bert, train, run, *flags, validation=dev)
 
     assert main(evaluate_argv("classification", run, dev)) == 0

@@ -34,7 +34,7 @@ def test_two_processes_train_on_shared_global_batches(tiny_bert, tmp_path):
 
 
 def test_gather_across_two_processes(tmp_path):
-    """Two gloo processes: rows in rank order, gradient for the local part, loss = the one-process formula."""
+    """Two gloo processes: rows in rank order, gradients reach every process, loss = the one-process formula."""
     import torch.multiprocessing as mp
 
     from tests.multiprocess.gather_worker import check_gather

@@ -1,5 +1,6 @@
 """Losses, pooling, the duplicate-free sampler, gather (in one process; two processes in
-tests/multiprocess/test_embedding_two_processes.py), retrieval metrics."""
+tests/multiprocess/test_embedding_two_processes.py and test_embedding_global_batch.py), retrieval
+metrics."""
 
 import math
 import random
@@ -10,7 +11,7 @@ import torch
 
 from encoder_tasks.errors import UserError
 from encoder_tasks.heads import Pooler
-from encoder_tasks.tasks.embedding.distributed import gather_with_local_grad
+from encoder_tasks.tasks.embedding.distributed import gather_with_grad
 from encoder_tasks.tasks.embedding.losses import (
     CoSENTLoss,
     CosineSimilarityLoss,
@@ -135,8 +136,8 @@ def test_sampler_slices_global_batches_per_process():
 
 def test_gather_is_identity_in_one_process():
     x = torch.randn(3, 2, requires_grad=True)
-    out, offset = gather_with_local_grad(x)
-    assert out is x and offset == 0
+    out, offset, total = gather_with_grad(x)
+    assert out is x and offset == 0 and total == 3
 
 
 def _brute_force(scores, relevant, exclude, ks):

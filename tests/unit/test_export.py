@@ -120,16 +120,17 @@ def test_tanh_family_bound_holds(tiny_models):
     assert bool((states.abs() <= bound + 1e-4).all())
 
 
-def test_mean_pooling_and_modernbert_are_refused_with_a_reason(tiny_models, tmp_path):
+def test_mean_pooling_and_modernbert_export_with_the_modeling_file(tiny_models, tmp_path):
+    """No stock class expresses them: the export ships modeling_encoder_tasks.py (test_export_pooled.py)."""
     tokenizer = load_tokenizer(tiny_models["bert"])
     save(classifier(tiny_models["bert"], pooling="mean"), tokenizer, tmp_path / "mean")
-    with pytest.raises(UserError, match="mean-pools.*--pooling cls.*--format onnx"):
-        export_model(tmp_path / "mean", tmp_path / "out1")
+    assert export_model(tmp_path / "mean", tmp_path / "out1")["trust_remote_code"] is True
     modern = tiny_models["modernbert"]
     save(classifier(modern), load_tokenizer(modern), tmp_path / "modern")
-    with pytest.raises(UserError, match="modernbert.*LayerNorm.*--format onnx"):
-        export_model(tmp_path / "modern", tmp_path / "out2")
-    assert not (tmp_path / "out1").exists() and not (tmp_path / "out2").exists()
+    info = export_model(tmp_path / "modern", tmp_path / "out2")
+    assert info["architecture"] == "PooledEncoderForSequenceClassification" and info["trust_remote_code"]
+    assert (tmp_path / "out1" / "modeling_encoder_tasks.py").exists()
+    assert (tmp_path / "out2" / "modeling_encoder_tasks.py").exists()
 
 
 def test_export_never_overwrites_and_names_the_formats_a_task_has(tiny_models, tmp_path):

@@ -50,7 +50,15 @@ class ClassificationArguments:
         default=None,
         metadata={"help": "Multi-label given as one string, e.g. 'sports|politics': the separator."},
     )
-    pooling: str = field(default="mean", metadata={"help": "Sequence pooling: mean (default), cls or max."})
+    pooling: str = field(
+        default="cls",
+        metadata={
+            "help": "Sequence pooling: cls (default: the first token; exports as the plain stock "
+            "AutoModelForSequenceClassification), mean or max (export with a modeling file: "
+            "trust_remote_code=True). On MiniLM, cls scored as mean within the seed spread "
+            "(docs/ecosystem.md)."
+        },
+    )
     classifier_dropout: float | None = field(
         default=None, metadata={"help": "Dropout before the classifier (default: the encoder's own)."}
     )
@@ -69,7 +77,12 @@ class ClassificationArguments:
     )
     window_stride: int = field(default=64, metadata={"help": "Tokens shared by neighbouring windows."})
     tune_thresholds: bool = field(
-        default=True, metadata={"help": "Multi-label: tune each label's threshold on the validation set."}
+        default=True,
+        metadata={
+            "help": "Multi-label: after training, tune each label's threshold on the validation set and save "
+            "it with the model (predict and evaluate use it). eval_* stay scored at 0.5; the tuned scores, "
+            "optimistic on the data they were tuned on, are reported as tuned_*."
+        },
     )
 
     def __post_init__(self):
@@ -119,6 +132,9 @@ class ClassificationSettings(TaskSettings):
     label_separator: str | None = None
     #: Multi-label: one decision threshold per label (0.5 until tuned on the validation set).
     thresholds: list[float] | None = None
+    #: The data the thresholds were tuned on (``{"path", "sha256"}``, see
+    #: :mod:`encoder_tasks.data.fingerprint`): ``evaluate`` warns when it scores that same data.
+    thresholds_tuned_on: dict | None = None
     pooling: str = "mean"
     classifier_dropout: float | None = None
 

@@ -32,7 +32,7 @@ from .labels import (
     read_labels,
     sort_labels,
 )
-from .metrics import ClassificationMetrics
+from .metrics import ClassificationMetrics, warn_if_evaluating_on_tuning_data
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,8 @@ def prepare(
     saved: ClassificationSettings | None = None,
 ) -> Prepared:
     """Validate and tokenise the splits. ``saved`` (a saved model's settings) fixes the problem
-    type and the labels; columns and ``max_length`` come from the (already resolved) flags."""
+    type and the labels; columns and ``max_length`` come from the (already resolved) flags.
+    Evaluating a multi-label model on the data its thresholds were tuned on warns."""
     train, evaluation = splits.get("train"), splits.get("validation")
     for split in (train, evaluation):  # every column problem is reported before any label problem
         if split is not None:
@@ -135,12 +136,16 @@ def prepare(
         weights = parse_class_weights(
             task_args.class_weights, label_lists["train"], label_names, problem_type
         )
+    if saved is not None and evaluation is not None:
+        warn_if_evaluating_on_tuning_data(saved, evaluation.source)
     label_dtype = torch.long if problem_type == "single_label" else torch.float32
     return Prepared(
         train=datasets_out.get("train"),
         eval=datasets_out.get("validation"),
         settings=settings,
         collator=lambda pad: PaddingCollator(tokenizer, pad_to_multiple_of=pad, label_dtype=label_dtype),
-        compute_metrics=ClassificationMetrics(settings),
+        compute_metrics=ClassificationMetrics(
+            settings, evaluation.source if evaluation is not None else None
+        ),
         training_head={"class_weights": weights},
     )

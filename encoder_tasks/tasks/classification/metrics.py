@@ -14,10 +14,18 @@ Example:
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
+from ...data.fingerprint import data_fingerprint, warn_if_tuned_on
 from ...metrics import classification_metrics, multilabel_metrics, regression_metrics
 from .args import ClassificationSettings
+
+logger = logging.getLogger(__name__)
+
+#: Metrics reported for the tuned thresholds (``tuned_<name>`` in ``metrics.json``).
+TUNED_METRICS = ("micro_f1", "macro_f1", "subset_accuracy")
 
 
 def sigmoid(logits: np.ndarray) -> np.ndarray:
@@ -45,12 +53,15 @@ def tune_thresholds(probabilities: np.ndarray, references: np.ndarray, grid=None
 class ClassificationMetrics:
     """``compute_metrics`` for the Trainer, for the model's problem type.
 
-    It holds the settings (not a copy of the thresholds) so that thresholds tuned after
-    training (:func:`tune_after_training`) score the final evaluation.
+    Multi-label predictions are cut at the thresholds of the ``settings`` it was built with:
+    0.5 in training (the thresholds tuned after training do not score the final evaluation,
+    whose data they were tuned on; :func:`tune_after_training` reports them apart), the saved
+    ones when ``evaluate`` scores a saved model. ``source`` names the evaluation data.
     """
 
-    def __init__(self, settings: ClassificationSettings):
+    def __init__(self, settings: ClassificationSettings, source: str | None = None):
         self.settings = settings
+        self.source = source
 
     def __call__(self, eval_pred) -> dict:
         problem_type, label_names = self.settings.problem_type, self.settings.label_names
@@ -69,15 +80,55 @@ class ClassificationMetrics:
 
 def tune_after_training(trainer, prepared, task_args) -> dict:
     """Multi-label with ``--tune_thresholds`` (the default) and validation data: tune each
-    label's threshold there; the new thresholds go into ``prepared.settings`` (saved with the
-    model) and score the final evaluation. Returns ``{"thresholds": {label: value}}``."""
+    label's threshold there and save them (``prepared.settings``, with the data they were tuned
+    on); the final evaluation's ``eval_*`` stay at 0.5.
+
+    Returns what ``train`` reports as ``tuned_*``: ``thresholds`` ({label: value}), ``on`` (the
+    data), the scores with the tuned thresholds on that same data (optimistic) and a ``note``
+    saying so.
+    """
     settings = prepared.settings
     if settings.problem_type != "multi_label" or prepared.eval is None or not task_args.tune_thresholds:
         return {}
     output = trainer.predict(prepared.eval)
     probs = sigmoid(np.asarray(output.predictions, dtype=np.float32))
-    thresholds = tune_thresholds(probs, np.asarray(output.label_ids).astype(int))
-    prepared.settings = settings.replace(thresholds=thresholds)
-    if isinstance(prepared.compute_metrics, ClassificationMetrics):
-        prepared.compute_metrics.settings = prepared.settings
-    return {"thresholds": dict(zip(settings.label_names, thresholds))}
+    references = np.asarray(output.label_ids).astype(int)
+    thresholds = tune_thresholds(probs, references)
+    metrics = prepared.compute_metrics
+    source = metrics.source if isinstance(metrics, ClassificationMetrics) else None
+    tuned_on = data_fingerprint(source) if source else None
+    prepared.settings = settings.replace(thresholds=thresholds, thresholds_tuned_on=tuned_on)
+    scores = multilabel_metrics(
+        (probs >= np.asarray(thresholds)).astype(int), references, settings.label_names
+    )
+    where = tuned_on["path"] if tuned_on else "the validation data"
+    note = (
+        f"thresholds tuned on {where}; tuned_* are scored with them on that same data, so they are "
+        "optimistic; eval_* are scored at 0.5"
+    )
+    logger.info(
+        "multi-label thresholds tuned on %s and saved with the model (predict and evaluate use them); "
+        "metrics: eval_* are scored at 0.5, tuned_* (micro F1 %.4f) with the tuned thresholds on the data "
+        "they were tuned on, so they are optimistic",
+        where,
+        scores["micro_f1"],
+    )
+    return {
+        "thresholds": dict(zip(settings.label_names, thresholds)),
+        "on": where,
+        **{name: scores[name] for name in TUNED_METRICS},
+        "note": note,
+    }
+
+
+def warn_if_evaluating_on_tuning_data(settings: ClassificationSettings, source: str) -> bool:
+    """``evaluate`` scores a multi-label model with its saved thresholds (as ``predict`` uses
+    them): warn when ``source`` is the data they were tuned on."""
+    if settings.problem_type != "multi_label":
+        return False
+    return warn_if_tuned_on(
+        settings.thresholds_tuned_on,
+        source,
+        "the model's multi-label thresholds",
+        "evaluate on data the model has not seen; the training run's eval_* in metrics.json are scored at 0.5",
+    )

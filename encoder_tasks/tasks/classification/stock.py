@@ -1,12 +1,21 @@
-"""The classification (and pair) head in the stock ``AutoModelForSequenceClassification`` layout.
+"""The classification (and pair) head in a layout stock transformers loads.
 
-Why ``--pooling cls``: our head is pooling -> dropout -> linear. The stock
-sequence-classification heads read the first token only and put a fixed non-linearity
-before the classifier: BERT/RoBERTa ``tanh(dense(h))``, ELECTRA ``gelu(dense(h))``,
-DistilBERT ``relu(dense(h))``, DeBERTa-v2 ``act(dense(h))`` with a configurable ``act``. A
-mean- or max-pooled head cannot be written in any of them, so it is refused with a message
-(ONNX export and ``encoder-tasks predict`` serve every head). For a CLS head the stock
-layer is set so that it passes ``h`` through unchanged:
+Two layouts, picked from the head:
+
+- ``--pooling cls`` on a family with a stock head (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA,
+  DistilBERT, DeBERTa-v2): the plain stock ``*ForSequenceClassification``, no custom code;
+- mean or max pooling (the default is mean), or a family whose stock heads cannot pass the
+  toolkit head's input through (ModernBERT's end in a LayerNorm): the pooled model of
+  :mod:`encoder_tasks.export.remote_code`, whose modeling file ships with the export, so
+  ``AutoModelForSequenceClassification.from_pretrained(dir, trust_remote_code=True)`` and
+  ``pipeline("text-classification", model=dir, trust_remote_code=True)`` load it.
+
+Why the stock classes hold CLS heads only: our head is pooling -> dropout -> linear. The stock
+sequence-classification heads read the first token only and put a fixed non-linearity before
+the classifier: BERT/RoBERTa ``tanh(dense(h))``, ELECTRA ``gelu(dense(h))``, DistilBERT
+``relu(dense(h))``, DeBERTa-v2 ``act(dense(h))`` with a configurable ``act``. A mean- or
+max-pooled head cannot be written in any of them. For a CLS head the stock layer is set so
+that it passes ``h`` through unchanged:
 
 - DeBERTa-v2: ``pooler_hidden_act="linear"`` and ``dense = I``: exact;
 - DistilBERT (ReLU) and ELECTRA (GELU): ``dense = I`` with a bias ``c`` large enough that
@@ -23,16 +32,23 @@ Example:
     >>> model = SequenceClassifier(load_encoder(make_tiny_model("bert")), num_labels=2, pooling="cls")
     >>> type(to_stock(model)).__name__
     'BertForSequenceClassification'
+    >>> needs_remote_code(model) is None
+    True
+    >>> needs_remote_code(SequenceClassifier(load_encoder(make_tiny_model("bert")), num_labels=2, pooling="mean"))
+    'the head mean-pools the tokens and the stock heads read the first token only'
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
 
-from ...export import ExportError
-from ...export.stock import finish, hidden_bound, load_encoder_into, require_family, set_linear, stock_config
+from ...export.remote_code import MODELING_FILE, pooled_classifier
+from ...export.stock import finish, hidden_bound, load_encoder_into, set_linear, stock_config
+
+logger = logging.getLogger(__name__)
 
 #: Stock sequence-classification head per model type:
 #: (dense layer path, classifier path, activation between them).
@@ -55,20 +71,26 @@ PROBLEM_TYPES = {
 GELU_SAFE = 8.0
 
 
+def needs_remote_code(model) -> str | None:
+    """Why ``model`` cannot be written as a stock ``*ForSequenceClassification``; None if it can."""
+    pooling = model.pooler.mode
+    model_type = getattr(model.encoder.config, "model_type", "")
+    if pooling != "cls":
+        return f"the head {pooling}-pools the tokens and the stock heads read the first token only"
+    if model_type not in SEQUENCE_HEADS:
+        reason = "end in a LayerNorm" if model_type == "modernbert" else "are not known to express it"
+        return f"the stock {model_type!r} sequence heads {reason}"
+    return None
+
+
 def to_stock(model):
-    """A stock ``*ForSequenceClassification`` computing the same logits as ``model`` (a CLS head)."""
+    """A model stock transformers loads, computing the same logits as ``model``.
+
+    A CLS head of a family in :data:`SEQUENCE_HEADS` becomes that family's stock
+    ``*ForSequenceClassification``; any other head the remote-code pooled model.
+    """
     from transformers import AutoModelForSequenceClassification
 
-    pooling = model.pooler.mode
-    if pooling != "cls":
-        raise ExportError(
-            f"this {model.task} head {pooling}-pools the tokens; the stock AutoModelForSequenceClassification "
-            "heads read the first token only, so it cannot be exported to that layout without changing its "
-            "outputs. Train with --pooling cls to get an exportable model, or export this one with "
-            "--format onnx (or serve it with `encoder-tasks predict`)"
-        )
-    model_type = require_family(model, SEQUENCE_HEADS, "sequence classification")
-    dense_path, out_path, activation = SEQUENCE_HEADS[model_type]
     saved = model.settings.get("label_names") if model.settings is not None else None
     names = saved or [f"LABEL_{i}" for i in range(model.classifier.out_features)]
     changes = {
@@ -77,6 +99,12 @@ def to_stock(model):
         "label2id": {n: i for i, n in enumerate(names)},
         "problem_type": PROBLEM_TYPES.get(model.problem_type),
     }
+    reason = needs_remote_code(model)
+    if reason is not None:
+        logger.info("%s: exporting with %s (load with trust_remote_code=True)", reason, MODELING_FILE)
+        return finish(pooled_classifier(model, **changes))
+    model_type = model.encoder.config.model_type
+    dense_path, out_path, activation = SEQUENCE_HEADS[model_type]
     if model_type == "deberta-v2":
         changes.update(pooler_hidden_act="linear", pooler_hidden_size=model.encoder.config.hidden_size)
     stock = AutoModelForSequenceClassification.from_config(stock_config(model, **changes))

@@ -19,7 +19,7 @@ from torch import nn
 
 from ...errors import UserError
 from .args import LOSSES
-from .distributed import gather_with_local_grad
+from .distributed import gather_with_grad, world
 
 
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -34,6 +34,11 @@ class MultipleNegativesRankingLoss(nn.Module):
     ``scores = cos(anchor, candidate) / temperature``; the loss is their cross-entropy with
     the true positive. ``symmetric`` adds the reverse direction (positive ``i`` must pick
     anchor ``i`` among all anchors) and averages the two.
+
+    With ``gather_across_devices`` (default) under several processes, the candidates are
+    gathered from every process with their gradient (:func:`.distributed.gather_with_grad`),
+    so N processes train exactly as one process on the global batch (same loss, same
+    gradients after DDP's averaging); without it each process ranks its own batch only.
 
     Example:
         >>> loss = MultipleNegativesRankingLoss(temperature=1.0)
@@ -52,22 +57,26 @@ class MultipleNegativesRankingLoss(nn.Module):
         self.symmetric = symmetric
         self.gather_across_devices = gather_across_devices
 
-    def _gather(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
-        return gather_with_local_grad(x) if self.gather_across_devices else (x, 0)
+    def _gather(self, x: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+        return gather_with_grad(x) if self.gather_across_devices else (x, 0, x.shape[0])
 
     def forward(
         self, anchors: torch.Tensor, positives: torch.Tensor, negatives: Sequence[torch.Tensor] = ()
     ) -> torch.Tensor:
         anchors, positives = anchors.float(), positives.float()
-        all_positives, offset = self._gather(positives)
+        all_positives, offset, total = self._gather(positives)
         candidates = [all_positives] + [self._gather(n.float())[0] for n in negatives]
         scores = cosine_matrix(anchors, torch.cat(candidates)) / self.temperature
         targets = torch.arange(anchors.shape[0], device=anchors.device) + offset
-        loss = F.cross_entropy(scores, targets)
+        # DDP (and the Trainer's logged loss) average over processes: this process's summed
+        # terms times processes / global rows make that average the mean over the global
+        # batch, even when processes hold different row counts. One process: the plain mean.
+        share = (world()[1] if self.gather_across_devices else 1) / total
+        loss = F.cross_entropy(scores, targets, reduction="sum") * share
         if self.symmetric:
-            all_anchors, _ = self._gather(anchors)
+            all_anchors = self._gather(anchors)[0]
             backward = cosine_matrix(positives, all_anchors) / self.temperature
-            loss = (loss + F.cross_entropy(backward, targets)) / 2
+            loss = (loss + F.cross_entropy(backward, targets, reduction="sum") * share) / 2
         return loss
 
 
@@ -75,6 +84,10 @@ class CoSENTLoss(nn.Module):
     """CoSENT: for every two pairs with scores ``y_i < y_j``, penalise ``cos_i > cos_j``.
 
     ``loss = log(1 + sum over (i, j) with y_i < y_j of exp((cos_i - cos_j) / temperature))``.
+
+    Pairs are compared within each process's batch only (as sentence-transformers does): under
+    several processes the step's loss is the mean of the per-process losses, not the loss of
+    the global batch (a log-sum-exp over all pairs does not split into per-process parts).
 
     Example:
         >>> loss = CoSENTLoss(temperature=1.0)

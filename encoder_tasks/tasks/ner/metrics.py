@@ -61,7 +61,16 @@ def entity_metrics(references: list[list[str]], predictions: list[list[str]]) ->
 def plain_tag_metrics(
     references: list[list[str]], predictions: list[list[str]], label_names: list[str]
 ) -> dict:
-    """Token accuracy and macro/micro F1 for tags without spans (POS tagging)."""
+    """Token accuracy and macro/micro F1 for tags without spans (POS tagging).
+
+    Macro F1 averages the tags that occur in the references or the predictions; ``per_type``
+    lists every tag of ``label_names``.
+
+    Example:
+        >>> m = plain_tag_metrics([["NOUN", "VERB"]], [["NOUN", "VERB"]], ["ADJ", "NOUN", "VERB"])
+        >>> m["macro_f1"], sorted(m["per_type"])
+        (1.0, ['ADJ', 'NOUN', 'VERB'])
+    """
     from ...metrics import classification_metrics
 
     index = {name: i for i, name in enumerate(label_names)}

@@ -91,7 +91,8 @@ class QAArguments:
         default=True,
         metadata={
             "help": "v2.0: after each evaluation, store the threshold with the best F1 on the evaluation set "
-            "with the model (predict uses it). Reported as best_f1 / best_f1_thresh either way."
+            "with the model (predict and evaluate use it; evaluate warns on the file it was tuned on). "
+            "Reported as best_f1 / best_f1_thresh either way (optimistic: tuned and scored on the same data)."
         },
     )
     answer_check: str = field(
@@ -207,5 +208,8 @@ class QASettings(TaskSettings):
     version_2_with_negative: bool = False
     #: v2.0: the no-answer threshold (tuned on the evaluation set after training).
     null_threshold: float = 0.0
+    #: The data ``null_threshold`` was tuned on (``{"path", "sha256"}``, see
+    #: :mod:`encoder_tasks.data.fingerprint`): ``evaluate`` warns when it scores that same data.
+    null_threshold_tuned_on: dict | None = None
     #: ``first`` or ``second`` (``auto`` is decided from the tokenizer before saving).
     context_position: str = "second"

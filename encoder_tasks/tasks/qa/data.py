@@ -184,10 +184,11 @@ def prepare(
     """Check answers, cut question + context into windows, label spans; build the evaluator.
 
     ``task_args``/``data_args`` are already resolved against ``saved`` (a saved model's
-    settings, when evaluating), so their values are the ones to use.
+    settings, when evaluating), so their values are the ones to use. Evaluating a v2.0 model
+    with its tuned null threshold on the data it was tuned on warns.
     """
     from ...collators import PaddingCollator
-    from .metrics import QAEvaluator, resolve_metric
+    from .metrics import QAEvaluator, resolve_metric, warn_if_evaluating_on_tuning_data
     from .windows import label_windows, make_windows, windows_dataset
 
     examples = {
@@ -226,6 +227,8 @@ def prepare(
                 ex.source,
                 sum(ex.impossible),
             )
+        if saved is not None:
+            warn_if_evaluating_on_tuning_data(settings, saved, ex.source)
         windows = windows_for(ex)
         eval_ds = windows_dataset(windows, *label_windows(windows, spans), with_index=True)
         evaluator = QAEvaluator(ex, windows, settings, resolve_metric(task_args.metric, ex.contexts, v2))

@@ -13,6 +13,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from ...data.fingerprint import warn_if_tuned_on
 from ...errors import UserError
 from .evaluation import cmrc2018_scores, squad_v1_scores, squad_v2_scores
 from .scoring import postprocess_example
@@ -90,6 +91,11 @@ class QAEvaluator:
         self.last_counts: dict[str, int] = {}
         self._rows: dict[int, int] = {}
 
+    @property
+    def source(self) -> str:
+        """Where the evaluation questions came from (the file the null threshold is tuned on)."""
+        return self.examples.source
+
     def assemble(self, window_ids) -> dict[int, list[int]]:
         """Windows of each question (by example index), each window taken once."""
         rows_by_window: dict[int, int] = {}
@@ -162,3 +168,23 @@ class QAEvaluator:
         metrics = score_predictions(golds, spans, diffs, self.metric, self.settings.null_threshold)
         self.last_predictions = {self.examples.ids[i]: r for i, r in results.items()}
         return metrics
+
+
+def warn_if_evaluating_on_tuning_data(settings, saved, source: str) -> bool:
+    """``evaluate`` on a saved v2.0 model: warn when its tuned null threshold is in use
+    (``settings``, resolved from the flags, keeps ``saved``'s) on the data it was tuned on.
+
+    Example:
+        >>> from encoder_tasks.tasks.qa.args import QASettings
+        >>> saved = QASettings(version_2_with_negative=True, null_threshold=-1.0)
+        >>> warn_if_evaluating_on_tuning_data(saved, saved, "dev.json")  # tuned on no recorded data
+        False
+    """
+    if not settings.version_2_with_negative or settings.null_threshold != saved.null_threshold:
+        return False
+    return warn_if_tuned_on(
+        saved.null_threshold_tuned_on,
+        source,
+        f"the model's v2.0 null threshold ({saved.null_threshold:g})",
+        "give --null_threshold to score at another value, or evaluate on data the model has not seen",
+    )

@@ -1,0 +1,236 @@
+"""[CLS] against mean pooling for the sequence head, on validation data, over several seeds.
+
+    .venv/bin/python benchmarks/bench_pooling.py                                   # 2,000 x 2 epochs, 18 runs
+    .venv/bin/python benchmarks/bench_pooling.py --train_samples 1000 --epochs 1   # the smaller setting
+    .venv/bin/python benchmarks/bench_pooling.py --datasets sst2 --seeds 1 --train_samples 500  # a smoke run
+
+18 runs of about 2 minutes on the idle 2-core machine (2,000 x 2). Results and the decision they
+led to: docs/ecosystem.md, "How the default pooling was chosen".
+
+Why: ``--pooling`` decides whether a classifier exports to the plain stock
+``AutoModelForSequenceClassification`` layout (``cls``) or needs the small modeling file shipped
+with the export (``mean``, ``max``). This script measures what the choice costs in accuracy, so the
+default is picked from numbers (docs/ecosystem.md, "How defaults were chosen").
+
+Every run is ``encoder-tasks <task> train`` with the toolkit's defaults (the task's quick-start
+recipe where there is one) on MiniLM-L6 (``sentence-transformers/all-MiniLM-L6-v2``), the same
+training subset, epochs and batch size for both poolings, one run after the other on this machine,
+each in its own process. Only ``--pooling`` and ``--seed`` change. Scores are on VALIDATION data,
+never a test split:
+
+- ``sst2``: SST-2 sentiment (2 classes), scored on its dev set (872 sentences); accuracy.
+- ``topic``: which of 35 Wikipedia articles a SQuAD v2 question was asked about (the questions of
+  ``qa/squad-v2-dev``); it has no validation split, so ``--topic_validation`` questions are held
+  out of it (fixed seed 0, the same for every run) and scored; accuracy.
+- ``stsb``: STS-B similarity (cross-encoder regression, the ``pair`` task), scored on its dev set
+  (1,500 pairs); Spearman.
+
+The training subset is ``--max_train_samples`` drawn with the run's seed, so pooling ``mean`` and
+``cls`` with the same seed see the same examples (a paired comparison); the seed also draws the
+head's initial weights and the batch order. The table gives, per dataset and pooling, the mean
+and the sample standard deviation over the seeds, and the paired difference cls - mean.
+Results are written after every run to ``benchmarks/results/pooling-<date>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import DATA, MINILM, RESULTS, environment, print_table, require_data, worker_env  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SQUAD = "qa/squad-v2-dev/dev-v2.0.json"
+#: dataset -> (task, recipe or None, validation metric, what it is)
+DATASETS = {
+    "sst2": ("classification", "recipes/classification/default.yaml", "eval_accuracy", "SST-2 dev (872)"),
+    "topic": ("classification", None, "eval_accuracy", "SQuAD-v2 question topic, 35 classes, held-out"),
+    "stsb": ("pair", "recipes/pair/default.yaml", "eval_spearman", "STS-B dev (1,500)"),
+}
+NEEDS = {
+    "sst2": ["cls/sst2/train.tsv", "cls/sst2/dev.tsv"],
+    "topic": [SQUAD],
+    "stsb": ["pair/stsb/sts-dev.csv"],
+}
+
+
+def write_topic_set(folder: Path, n_validation: int) -> tuple[Path, Path, int]:
+    """``train.jsonl`` and ``validation.jsonl`` of (question, article title), carved with seed 0."""
+    articles = json.loads((DATA / SQUAD).read_text())["data"]
+    rows = [
+        {"text": qa["question"].strip(), "label": article["title"]}
+        for article in articles
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    ]
+    random.Random(0).shuffle(rows)
+    folder.mkdir(parents=True, exist_ok=True)
+    train, validation = folder / "train.jsonl", folder / "validation.jsonl"
+    for path, part in ((validation, rows[:n_validation]), (train, rows[n_validation:])):
+        path.write_text("".join(json.dumps(r) + "\n" for r in part))
+    return train, validation, len({r["label"] for r in rows})
+
+
+def train_flags(dataset: str, args, out: Path, topic: tuple[Path, Path] | None) -> list[str]:
+    task, recipe, _, _ = DATASETS[dataset]
+    flags = [task, "train"]
+    if recipe:
+        flags += ["--config", str(REPO / recipe), "--data_dir", str(DATA)]
+    else:
+        flags += ["--model_name_or_path", MINILM, "--train_file", str(topic[0])]
+        flags += ["--validation_file", str(topic[1]), "--max_length", "128"]
+    flags += ["--output_dir", str(out), "--max_train_samples", str(args.train_samples)]
+    flags += ["--num_train_epochs", str(args.epochs), "--seed", str(args.seed_value)]
+    flags += ["--pooling", args.pooling_value, "--save_strategy", "no", "--disable_tqdm", "true"]
+    if args.batch_size:
+        flags += ["--per_device_train_batch_size", str(args.batch_size)]
+    return flags
+
+
+def one_run(dataset: str, pooling: str, seed: int, args, topic) -> dict:
+    """Train once in a fresh process; return the validation metric and timings."""
+    _, _, metric, _ = DATASETS[dataset]
+    args.seed_value, args.pooling_value = seed, pooling
+    work = Path(tempfile.mkdtemp(prefix="bench-pooling-"))
+    out = work / "run"
+    cmd = [sys.executable, "-m", "encoder_tasks.cli", *train_flags(dataset, args, out, topic)]
+    start = time.perf_counter()
+    log = work / "log.txt"
+    with log.open("w") as handle:
+        done = subprocess.run(cmd, env=worker_env(), cwd=REPO, stdout=handle, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        tail = log.read_text()[-3000:]
+        shutil.rmtree(work, ignore_errors=True)
+        raise SystemExit(f"run {dataset}/{pooling}/seed {seed} failed:\n{tail}")
+    metrics = json.loads((out / "metrics.json").read_text())
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "dataset": dataset,
+        "pooling": pooling,
+        "seed": seed,
+        "metric_name": metric,
+        "metric": metrics[metric],
+        "eval_metrics": {k: v for k, v in metrics.items() if k.startswith("eval_") and isinstance(v, float)},
+        "train_runtime": metrics.get("train_train_runtime") or metrics.get("train_runtime"),
+        "wall_seconds": wall,
+    }
+
+
+def summarise(runs: list[dict], poolings: list[str]) -> list[dict]:
+    """Per dataset and pooling: mean, sample std, min, max over seeds; paired difference vs mean."""
+    rows = []
+    for dataset in dict.fromkeys(r["dataset"] for r in runs):
+        by_pooling = {
+            p: {r["seed"]: r["metric"] for r in runs if r["dataset"] == dataset and r["pooling"] == p}
+            for p in poolings
+        }
+        base = by_pooling.get("mean", {})
+        for pooling, scores in by_pooling.items():
+            if not scores:
+                continue
+            values = list(scores.values())
+            paired = [scores[s] - base[s] for s in scores if s in base] if pooling != "mean" else []
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "metric": DATASETS[dataset][2].removeprefix("eval_"),
+                    "pooling": pooling,
+                    "seeds": len(values),
+                    "mean": statistics.fmean(values),
+                    "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+                    "min": min(values),
+                    "max": max(values),
+                    "minus_mean_pooling": statistics.fmean(paired) if paired else None,
+                    "paired_std": statistics.stdev(paired) if len(paired) > 1 else None,
+                }
+            )
+    return rows
+
+
+def verdict(rows: list[dict]) -> dict:
+    """Per dataset: is [CLS] at least as good as mean, within the seeds' spread?
+
+    "Within the spread": mean(cls) >= mean(mean) - max(std(cls), std(mean)).
+    """
+    out = {}
+    for dataset in dict.fromkeys(r["dataset"] for r in rows):
+        found = {r["pooling"]: r for r in rows if r["dataset"] == dataset}
+        if "cls" in found and "mean" in found:
+            spread = max(found["cls"]["std"], found["mean"]["std"])
+            out[dataset] = found["cls"]["mean"] >= found["mean"]["mean"] - spread
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--datasets", default="sst2,topic,stsb")
+    parser.add_argument("--poolings", default="mean,cls")
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--train_samples", type=int, default=2000)
+    parser.add_argument("--epochs", type=float, default=2)
+    parser.add_argument("--batch_size", type=int, default=None, help="default: the toolkit's")
+    parser.add_argument("--topic_validation", type=int, default=1000)
+    args = parser.parse_args()
+    datasets = args.datasets.split(",")
+    poolings = args.poolings.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for name in datasets:
+        require_data(*NEEDS[name])
+    topic = None
+    info = {name: DATASETS[name][3] for name in datasets}
+    if "topic" in datasets:
+        folder = Path(tempfile.mkdtemp(prefix="bench-pooling-topic-"))
+        train, validation, n_classes = write_topic_set(folder, args.topic_validation)
+        topic = (train, validation)
+        info["topic"] = (
+            f"SQuAD-v2 question -> article ({n_classes} classes), {args.topic_validation} held out"
+        )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"pooling-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    runs: list[dict] = []
+    record = {
+        "environment": environment(),
+        "model": MINILM,
+        "args": vars(args),
+        "datasets": info,
+        "runs": runs,
+    }
+    # Seed outermost and poolings side by side: a machine that slows down mid-way slows both alike.
+    for seed in seeds:
+        for dataset in datasets:
+            for pooling in poolings:
+                print(f"[bench] {dataset} pooling={pooling} seed={seed} ...", flush=True)
+                result = one_run(dataset, pooling, seed, args, topic)
+                runs.append(result)
+                print(
+                    f"[bench]   {result['metric_name']} {result['metric']:.4f} ({result['wall_seconds']:.0f} s)",
+                    flush=True,
+                )
+                record["summary"] = summarise(runs, poolings)
+                path.write_text(json.dumps(record, indent=2, default=str))
+    rows = summarise(runs, poolings)
+    record["summary"], record["cls_at_least_as_good"] = rows, verdict(rows)
+    path.write_text(json.dumps(record, indent=2, default=str))
+    print(f"\nMiniLM-L6, {args.train_samples} training examples x {args.epochs} epochs, seeds {args.seeds}")
+    print_table(rows, list(rows[0]))
+    print("cls at least as good as mean (within the seeds' spread):", record["cls_at_least_as_good"])
+    print("results:", path)
+    if topic:
+        shutil.rmtree(topic[0].parent, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
