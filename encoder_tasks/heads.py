@@ -268,10 +268,14 @@ def _import_head_class(spec: str, path: str) -> type[EncoderWithHead]:
     module_name, _, qualname = spec.partition(":")
     if not module_name.startswith("encoder_tasks.") or not qualname:
         raise UserError(f"{path}/{TASK_FILE}: unknown head class {spec!r}")
-    try:
-        return getattr(importlib.import_module(module_name), qualname)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(f"{path}/{TASK_FILE}: head class {spec!r} not found in this version") from exc
+    # Format 1 named a task's module (``encoder_tasks.tasks.ner:TokenTagger``); the heads now live
+    # in each task package's ``model`` module, so that is looked in as well.
+    for candidate in (module_name, f"{module_name}.model"):
+        try:
+            return getattr(importlib.import_module(candidate), qualname)
+        except (ImportError, AttributeError):
+            continue
+    raise UserError(f"{path}/{TASK_FILE}: head class {spec!r} not found in this version")
 
 
 def _encoder_from_config(path: str) -> nn.Module:

@@ -8,7 +8,9 @@ from encoder_tasks.config import DataArguments
 from encoder_tasks.data import Split, read_file
 from encoder_tasks.errors import UserError
 from encoder_tasks.tasks import classification, pair
+from encoder_tasks.tasks.classification.model import SequenceClassifier
 from encoder_tasks.tasks.pair import PairArguments, PairTask
+from encoder_tasks.tasks.pair.model import PairClassifier
 from tests.helpers import write
 
 TASK = PairTask()
@@ -29,7 +31,7 @@ def sts_split(tmp_path):
 def test_pair_reuses_classification():
     assert issubclass(PairTask, classification.ClassificationTask)
     assert issubclass(pair.PairArguments, classification.ClassificationArguments)
-    assert issubclass(pair.PairClassifier, classification.SequenceClassifier)
+    assert issubclass(PairClassifier, SequenceClassifier)
     # one prepare, one predict, one settings type: inherited, not copied
     for hook in ("prepare", "after_training", "predict", "stock_model", "build_model"):
         assert getattr(PairTask, hook) is getattr(classification.ClassificationTask, hook)
@@ -50,7 +52,7 @@ def test_sts_file_without_header_becomes_regression(tmp_path, tiny_bert):
     assert row["input_ids"].count(tok.sep_token_id) == 2
     model = TASK.build_model(load_encoder(tiny_bert), prepared.settings, prepared.training_head)
     assert model.task == "pair" and model.classifier.out_features == 1
-    assert isinstance(model, pair.PairClassifier) and model.settings is prepared.settings
+    assert isinstance(model, PairClassifier) and model.settings is prepared.settings
 
 
 def test_paraphrase_labels_become_classes_with_f1(tmp_path, tiny_bert):
@@ -100,7 +102,7 @@ def test_format1_pair_model_loads(tmp_path, tiny_bert):
 
     from encoder_tasks.heads import EncoderWithHead
 
-    pair.PairClassifier(load_encoder(tiny_bert), num_labels=1, problem_type="regression").save_pretrained(
+    PairClassifier(load_encoder(tiny_bert), num_labels=1, problem_type="regression").save_pretrained(
         tmp_path / "m"
     )
     format1 = {
@@ -115,5 +117,5 @@ def test_format1_pair_model_loads(tmp_path, tiny_bert):
     }
     write(tmp_path / "m" / "encoder_tasks.json", json.dumps(format1))
     model = EncoderWithHead.from_pretrained(tmp_path / "m")
-    assert isinstance(model, pair.PairClassifier) and model.task == "pair"
+    assert isinstance(model, PairClassifier) and model.task == "pair"
     assert model.settings.text_pair_column.startswith("sentence2") and model.settings.max_length == 128

@@ -28,7 +28,6 @@ __all__ = [
     "ClassificationPredictArguments",
     "ClassificationSettings",
     "ClassificationTask",
-    "SequenceClassifier",
 ]
 
 
@@ -71,13 +70,3 @@ class ClassificationTask(Task):
         from .stock import to_stock
 
         return to_stock(model)
-
-
-def __getattr__(name: str):
-    # Models saved in format 1 name their head "encoder_tasks.tasks.classification:SequenceClassifier";
-    # it loads from model.py only when asked for, keeping this module light.
-    if name == "SequenceClassifier":
-        from .model import SequenceClassifier
-
-        return SequenceClassifier
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

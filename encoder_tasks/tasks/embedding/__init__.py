@@ -94,13 +94,3 @@ class EmbeddingTask(Task):
 
     def extra_layouts(self):
         return {"sentence-transformers": _export_sentence_transformers}
-
-
-def __getattr__(name: str):
-    # Models saved in format 1 name their head "encoder_tasks.tasks.embedding:BiEncoder" (the
-    # module this package replaced); they load through this lazy import.
-    if name == "BiEncoder":
-        from .model import BiEncoder
-
-        return BiEncoder
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

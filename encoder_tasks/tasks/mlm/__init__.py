@@ -78,13 +78,3 @@ class MLMTask(Task):
         from .stock import to_stock
 
         return to_stock(model)
-
-
-def __getattr__(name: str):
-    # Models saved in format 1 name their head "encoder_tasks.tasks.mlm:MaskedLanguageModel"
-    # (this package was one module then): resolve it lazily, without importing torch here.
-    if name == "MaskedLanguageModel":
-        from .model import MaskedLanguageModel
-
-        return MaskedLanguageModel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

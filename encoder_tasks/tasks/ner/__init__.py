@@ -73,13 +73,4 @@ class NerTask(Task):
         return to_stock(model)
 
 
-def __getattr__(name: str):
-    # Models saved before format 2 name their head ``encoder_tasks.tasks.ner:TokenTagger``.
-    if name == "TokenTagger":
-        from .model import TokenTagger
-
-        return TokenTagger
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["NerArguments", "NerPredictArguments", "NerSettings", "NerTask"]

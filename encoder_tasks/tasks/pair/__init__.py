@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..classification import ClassificationTask
 from .args import PairArguments
 
-__all__ = ["PairArguments", "PairClassifier", "PairTask"]
+__all__ = ["PairArguments", "PairTask"]
 
 
 class PairTask(ClassificationTask):
@@ -32,12 +32,3 @@ class PairTask(ClassificationTask):
         from .model import PairClassifier
 
         return PairClassifier
-
-
-def __getattr__(name: str):
-    # Models saved in format 1 name their head "encoder_tasks.tasks.pair:PairClassifier".
-    if name == "PairClassifier":
-        from .model import PairClassifier
-
-        return PairClassifier
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

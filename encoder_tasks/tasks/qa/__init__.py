@@ -76,13 +76,3 @@ class QATask(Task):
         from .stock import to_stock
 
         return to_stock(model)
-
-
-def __getattr__(name: str):
-    # Models saved in format 1 name their head "encoder_tasks.tasks.qa:ExtractiveQuestionAnswering";
-    # importing it lazily keeps them loading without making this package heavy to import.
-    if name == "ExtractiveQuestionAnswering":
-        from .model import ExtractiveQuestionAnswering
-
-        return ExtractiveQuestionAnswering
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
