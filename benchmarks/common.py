@@ -157,3 +157,132 @@ def worker_env(user_env: bool = False) -> dict:
     if user_env:
         env.pop("OMP_WAIT_POLICY", None)
     return env
+
+
+# ---- the fair suite: contenders, seeds, where the time goes --------------------------------------
+#: Every task's contenders, in the order they run (see benchmarks/README.md, "Contenders").
+#: stock: the task's example-script setup at its defaults with dynamic padding (fp32);
+#: stock-tuned: the same plus the two switches the toolkit turns on (bf16 autocast where the
+#: hardware runs it natively, length-grouped sampling); toolkit-same-batch: the toolkit at the
+#: stock run's batch size; toolkit: the toolkit's own defaults (its batch rule included).
+CONTENDERS = ("stock", "stock-tuned", "toolkit-same-batch", "toolkit")
+#: Accuracy is a mean and spread over these seeds; speed is the mean of the same runs.
+SEEDS = (1, 2, 3)
+
+
+def stock_switches(contender: str) -> dict:
+    """TrainingArguments a stock contender adds to the example script's own: none for
+    ``stock``; bf16 autocast (where native) and length-grouped sampling for ``stock-tuned``."""
+    if contender == "stock":
+        return {}
+    if contender != "stock-tuned":
+        raise ValueError(f"not a stock contender: {contender!r}")
+    from encoder_tasks.training_args import native_bf16_available
+
+    return {"bf16": native_bf16_available(True), "train_sampling_strategy": "group_by_length"}
+
+
+def mean_spread(values: list[float]) -> dict:
+    """``{"mean", "std", "min", "max", "n"}`` of ``values`` (sample standard deviation).
+
+    Example:
+        >>> mean_spread([1.0, 2.0, 3.0])
+        {'mean': 2.0, 'std': 1.0, 'min': 1.0, 'max': 3.0, 'n': 3}
+    """
+    import statistics
+
+    values = [float(v) for v in values]
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {
+        "mean": statistics.fmean(values),
+        "std": std,
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+    }
+
+
+class StepTimer:
+    """Where a training run's time goes: forward + backward, the optimiser, everything else.
+
+    Used as a context manager around ``trainer.train()`` (any Trainer, stock or toolkit): it
+    wraps ``transformers.Trainer.training_step`` (forward, loss and backward of one batch; the
+    heads are one or two layers, so this is the encoder's share to within a few percent) and
+    times every ``torch.optim.Optimizer.step`` through torch's global step hooks. ``other`` is
+    the rest of the wall time: data loading and collation, the sampler, gradient clipping,
+    the scheduler, logging, callbacks. On a CPU every op is synchronous, so the wall clock
+    is the compute time; on a GPU the caller should synchronise (``cuda=True``).
+
+    Example:
+        >>> timer = StepTimer()
+        >>> with timer:
+        ...     pass
+        >>> sorted(timer.shares(1.0))
+        ['forward_backward_s', 'optimizer_s', 'other_s', 'outside_forward_backward_share']
+    """
+
+    def __init__(self, cuda: bool = False):
+        self.cuda = cuda
+        self.forward_backward = 0.0
+        self.optimizer = 0.0
+        self._depth = 0
+        self._optimizer_start = None
+
+    def _now(self) -> float:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def __enter__(self):
+        import torch.optim.optimizer as optim
+        from transformers import Trainer
+
+        original = Trainer.training_step
+        timer = self
+
+        def timed_training_step(trainer, *args, **kwargs):
+            # A subclass's training_step that calls super() is counted once, at the outside.
+            timer._depth += 1
+            start = timer._now() if timer._depth == 1 else None
+            try:
+                return original(trainer, *args, **kwargs)
+            finally:
+                if start is not None:
+                    timer.forward_backward += timer._now() - start
+                timer._depth -= 1
+
+        def pre_step(*_):
+            self._optimizer_start = self._now()
+
+        def post_step(*_):
+            if self._optimizer_start is not None:
+                self.optimizer += self._now() - self._optimizer_start
+                self._optimizer_start = None
+
+        self._restore = lambda: setattr(Trainer, "training_step", original)
+        Trainer.training_step = timed_training_step
+        self._hooks = [
+            optim.register_optimizer_step_pre_hook(pre_step),
+            optim.register_optimizer_step_post_hook(post_step),
+        ]
+        return self
+
+    def __exit__(self, *exc):
+        self._restore()
+        for hook in self._hooks:
+            hook.remove()
+        return False
+
+    def shares(self, train_seconds: float) -> dict:
+        """Seconds in each part of a run that took ``train_seconds`` in all."""
+        other = max(0.0, train_seconds - self.forward_backward - self.optimizer)
+        return {
+            "forward_backward_s": self.forward_backward,
+            "optimizer_s": self.optimizer,
+            "other_s": other,
+            "outside_forward_backward_share": (train_seconds - self.forward_backward) / train_seconds
+            if train_seconds
+            else None,
+        }

@@ -13,6 +13,7 @@ from .runtime import configure_cpu_runtime
 configure_cpu_runtime()
 
 import importlib  # noqa: E402
+import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
@@ -156,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_logging()
     try:
-        return _run(argv)
+        status = _run(argv)
+        _leave_process_group(wait_for_others=status == 0)
+        return status
     except UserError as exc:
         if debug:
             raise
@@ -176,6 +179,27 @@ def main(argv: list[str] | None = None) -> int:
         message, status = _describe_unexpected(exc)
         print(f"encoder-tasks: error: {message}", file=sys.stderr)
         return status
+    finally:
+        _leave_process_group(wait_for_others=False)
+
+
+def _leave_process_group(wait_for_others: bool) -> None:
+    """Leave the process group of an ``accelerate launch`` run before the interpreter exits.
+
+    A process that exits while its gloo group is alive can take a peer still tearing down its
+    connections with it ("terminate called without an active exception", SIGABRT), so a
+    successful run waits for the others, then every run destroys its group. Nothing happens
+    when torch was never imported or no group was started.
+    """
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is None or not distributed.is_available() or not distributed.is_initialized():
+        return
+    try:
+        if wait_for_others:
+            distributed.barrier()
+        distributed.destroy_process_group()
+    except Exception as exc:  # leaving must never hide the run's own outcome
+        logging.getLogger(__name__).warning("could not leave the process group cleanly: %s", exc)
 
 
 if __name__ == "__main__":
