@@ -18,7 +18,8 @@ RELIABILITY_TESTS := tests/slow/test_resume_kill_points.py tests/slow/test_resum
 # turns such a skip into a failure): ONNX, plots, search, LoRA, sentence-transformers, jieba, TensorBoard.
 DEV_EXTRAS  := dev,onnx,plots,search,peft,sentence-transformers,chinese,tensorboard
 
-# On small CPUs OpenMP's spin-waiting costs 1.6-4.9x per training step; the user's own choice wins.
+# Idle OpenMP threads sleep instead of spinning, so they leave the cores to working threads when threads
+# outnumber cores (docs/speed.md); the user's own choice wins.
 export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 
@@ -74,8 +75,8 @@ format: $(STAMP)  ## ruff format + autofix
 	$(BIN)/ruff format encoder_tasks tests benchmarks
 	$(BIN)/ruff check --fix encoder_tasks tests benchmarks
 
-bench: $(STAMP)  ## Side-by-side benchmark against the stock Trainer (TASK=classification)
-	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_$(TASK).py $(ARGS)
+bench: $(STAMP)  ## The training benchmark against the stock Trainer, 3 seeds (TASK=classification; ARGS="--size quick")
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_all.py --tasks $(TASK) $(ARGS)
 
 clean:  ## Remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,300 +1,546 @@
-"""Every task in one invocation: encoder-tasks vs the stock transformers Trainer, one table.
+"""The training benchmark: every task, every contender, every seed, one script, one result file.
 
-    python benchmarks/bench_all.py                      # standard sizes, every task (~35 min here)
-    python benchmarks/bench_all.py --size quick         # a smoke run of the same pipeline (~6 min)
-    python benchmarks/bench_all.py --tasks ner,qa --user_env none
+    python benchmarks/bench_all.py                                  # standard sizes, all 5 tasks, 3 seeds
+    python benchmarks/bench_all.py --size quick --tasks classification --seeds 1   # a smoke run
+    python benchmarks/bench_all.py --variant "toolkit-tokens=--max_tokens_per_batch 256" \
+        --variant "toolkit-tokens@qa=--max_tokens_per_batch 4096"      # one budget per task
+    python benchmarks/bench_all.py --resume /tmp/bench_all-training-standard-<stamp>.partial.json
 
-For each task it runs, each in its own process (so thread and OpenMP settings are its own),
-on the MiniLM package model and the real data in ``../shared/data``, with the same data
-subset, epochs and seed:
+For each task (``benchmarks/suite/<task>.py``: its data, splits, sizes and stock setup) it
+trains every contender of ``common.CONTENDERS`` once per seed of ``common.SEEDS``:
 
-- ``toolkit``: the toolkit's defaults (bf16 autocast where the CPU runs it natively, length-
-  grouped batches, its predict path), in the environment as the user has it. The toolkit sets
-  ``OMP_WAIT_POLICY=PASSIVE`` itself where the user has not chosen (encoder_tasks.runtime).
-- ``stock``: ``AutoModelFor*`` + ``transformers.Trainer`` as the official example script
-  configures it (run_glue, run_ner, run_qa, run_mlm; see each task's benchmark script), with
-  the same tuned environment (``OMP_WAIT_POLICY=PASSIVE``): the toolkit is credited only for
-  what it does itself.
-- ``stock (user env)``: the same stock run with the wait policy unset, as a fresh shell has it.
+- ``stock``: ``AutoModelFor<Task>`` + ``transformers.Trainer`` as the task's example script
+  sets it up, at TrainingArguments defaults, with dynamic padding;
+- ``stock-tuned``: the same plus bf16 autocast (where native) and length-grouped sampling;
+- ``toolkit-same-batch``: the toolkit's defaults at the stock batch size;
+- ``toolkit``: the toolkit's defaults, its batch rule included;
+- opt-in variants (``--variant NAME=FLAGS``): toolkit runs with extra flags, as extra rows.
 
-Columns: the task's metric for each contender; real (non-padding) tokens per second for
-training and for prediction (each contender's own predict path: the toolkit's ``predict`` or
-evaluation, the stock Trainer's ``predict``/``evaluate``) and their ratio to the tuned stock
-run; model FLOP utilisation (encoder FLOPs per real token, the same formula for everyone)
-against a matrix-multiply peak measured in the same process in the precision the contender
-computes in; peak resident memory. Classification also compares the toolkit's ``predict``
-with ``transformers.pipeline`` on the same dev sentences.
-
-Each task's own script (bench_<task>.py) holds its contenders; this one calls their worker
-functions with a shared size table, so the two always measure the same thing.
+Every run is its own process (``common.worker_env()``; toolkit contenders apply the toolkit's
+CPU runtime defaults before torch loads, as the CLI does), one after the other, never two at
+once. Within a task the order is seed-major (seed 1: every contender, then seed 2, ...), so a
+machine that slowly drifts slows every contender alike. After each run the runs so far are
+saved to a partial file (its path is printed first); ``--resume`` continues one, skipping the
+runs that succeeded. A failed run is recorded with the tail of its log and the benchmark goes
+on. The result file, ``benchmarks/results/training-<size>-<timestamp>.json``, holds the
+command, the sizes and datasets, every run, a per task x contender summary (mean and spread
+over seeds) and the ``training``, ``time-shares`` and ``targets`` tables the docs cite
+(``benchmarks/tables.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from argparse import Namespace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import environment, print_table, require_data, save_results, worker_env  # noqa: E402
+from benchmarks.common import CONTENDERS, SEEDS, mean_spread, save_results, worker_env  # noqa: E402
+from benchmarks.tables import render_markdown  # noqa: E402
 
-#: task -> size -> settings handed to that task's workers
-SIZES = {
-    "classification": {
-        "quick": {"train_samples": 200, "epochs": 1},
-        "standard": {"train_samples": 2000, "epochs": 2},
-    },
-    "ner": {"quick": {"limit": 150, "epochs": 1}, "standard": {"limit": None, "epochs": 2}},
-    "qa": {
-        "quick": {"train_samples": 60, "eval_samples": 40, "epochs": 1},
-        "standard": {"train_samples": 500, "eval_samples": 300, "epochs": 1},
-    },
-    "pair": {
-        "quick": {"train_samples": 200, "test_samples": 200, "epochs": 1},
-        "standard": {"train_samples": 2000, "test_samples": None, "epochs": 2},
-    },
-    "mlm": {
-        "quick": {"train_docs": 30, "eval_docs": 10, "epochs": 1},
-        "standard": {"train_docs": 200, "eval_docs": 60, "epochs": 1},
-    },
-}
-DATASETS = {
-    "classification": ("SST-2 -> dev 872", ["cls/sst2/train.tsv", "cls/sst2/dev.tsv"]),
-    "ner": ("WNUT-17 -> dev", ["ner/wnut17/wnut17train.conll", "ner/wnut17/emerging.dev.conll"]),
-    "qa": ("SQuADShifts -> XQuAD-en", ["qa/squadshifts", "qa/xquad-en-dev/xquad.en.articles00-23.json"]),
-    "pair": ("STS-B -> test", ["pair/stsb/sts-train.csv", "pair/stsb/sts-test.csv"]),
-    "mlm": ("WikiText-2 held-out docs", ["mlm/wikitext-2/valid.txt"]),
-}
-CONTENDERS = ("toolkit", "stock", "stock-user-env")
-SEED = 42
+TASKS = ("classification", "ner", "pair", "qa", "mlm")
+#: What the summary gives mean and spread for, per task x contender.
+SUMMARISED = (
+    "validation_metric",
+    "test_metric",
+    "train_real_tokens_per_s",
+    "train_mfu",
+    "outside_forward_backward_share",
+    "peak_rss_mib",
+)
+#: Targets of issue 15: speed ratios the toolkit must reach.
+SAME_BATCH_TARGET = 1.3  # toolkit-same-batch / stock-tuned
+DEFAULTS_TARGET = 2.0  # toolkit / stock
+#: Metrics where lower is better (any other: higher is better).
+LOWER_IS_BETTER = ("perplexity", "loss")
+LOG_TAIL = 4000
 
 
-# ---- workers: one contender of one task, in its own process --------------------------------------
-def run_contender(task: str, contender: str, size: str) -> dict:
-    """Call the task script's worker for ``contender`` with this size's settings."""
-    settings = SIZES[task][size]
-    stock = contender.startswith("stock")
-    if task == "classification":
-        from benchmarks import bench_classification as bench
+# ---- one run, in a fresh process ---------------------------------------------------------------
+def worker(task: str, contender: str, seed: int, size: str, extra_flags: list[str], result: Path) -> None:
+    """Train one contender once in this process and write its result dict to ``result``."""
+    if contender.startswith("toolkit"):
+        # What the encoder-tasks CLI does before torch loads: its runtime defaults where the
+        # user has not chosen (OpenMP reads them once, when torch loads).
+        from encoder_tasks.runtime import configure_cpu_runtime
 
-        args = Namespace(seed=SEED, worker="stock-padded" if stock else "toolkit", **settings)
-        return bench.worker_stock(args) if stock else bench.worker_toolkit(args)
-    if task == "ner":
-        from benchmarks import bench_ner as bench
+        configure_cpu_runtime()
+    # torch next, so nothing a suite module imports later changes a stock run's environment.
+    import torch  # noqa: F401
 
-        args = Namespace(seed=SEED, dataset="wnut17", worker="stock" if stock else "toolkit", **settings)
-        return bench.worker_stock(args) if stock else bench.worker_toolkit(args)
-    if task == "qa":
-        from benchmarks import bench_qa as bench
+    from encoder_tasks.log import configure_logging
 
-        args = Namespace(
-            seed=SEED,
-            worker="stock" if stock else "toolkit-bf16",  # toolkit-bf16: the toolkit's default precision
-            model=bench.MINILM,
-            batch_size=16,
-            learning_rate=1e-4,
-            max_seq_length=384,
-            doc_stride=128,
-            **settings,
-        )
-        bench.ARGS.max_seq_length, bench.ARGS.doc_stride = args.max_seq_length, args.doc_stride
-        suite = bench.SUITES["v1"]
-        return bench.worker_stock(suite, args) if stock else bench.worker_toolkit(suite, args)
-    if task == "pair":
-        from benchmarks import bench_pair as bench
+    configure_logging()  # the suite's and the toolkit's progress lines go to the run's log
 
-        args = Namespace(seed=SEED, bi_epochs=1, worker="stock" if stock else "toolkit", **settings)
-        return bench.worker_stock(args) if stock else bench.worker_toolkit(args)
-    if task == "mlm":
-        from benchmarks import bench_mlm as bench
-        from encoder_tasks.backbone import load_tokenizer
-
-        work = Path(tempfile.mkdtemp(prefix="bench-all-mlm-"))
-        train_path, eval_path = bench.wikitext_split(work, settings["train_docs"], settings["eval_docs"])
-        eval_batches = bench.fixed_mask_batches(load_tokenizer(bench.MINILM), eval_path)
-        args = Namespace(seed=SEED, batch_size=16, learning_rate=1e-4, epochs=settings["epochs"])
-        if stock:
-            return bench.run_stock(train_path, eval_path, work / "stock", args, eval_batches)
-        return bench.run_toolkit(train_path, eval_path, work / "toolkit", args, eval_batches)
-    raise ValueError(f"unknown task {task!r}")
+    suite = importlib.import_module(f"benchmarks.suite.{task}")
+    work = Path(tempfile.mkdtemp(prefix=f"bench-all-{task}-{contender}-{seed}-"))
+    try:
+        kwargs = {"extra_flags": extra_flags} if extra_flags else {}
+        row = suite.run(contender, seed, size, work, **kwargs)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result.write_text(json.dumps(row, default=str))
 
 
-def launch(task: str, contender: str, size: str, verbose: bool) -> dict:
-    """One contender in a fresh process with its environment; returns its result or an error."""
-    env = worker_env(user_env=contender in ("toolkit", "stock-user-env"))
-    result_file = Path(tempfile.mkstemp(suffix=".json")[1])
-    log = result_file.with_suffix(".log")
-    cmd = [sys.executable, __file__, "--worker", f"{task}:{contender}", "--size", size]
-    cmd += ["--result", str(result_file)]
-    print(f"[bench_all] {task}: {contender} (log: {log}) ...", flush=True)
+def describe_worker(task: str, size: str, result: Path) -> None:
+    """Write the task's sizes, dataset line and stock script to ``result`` (in its own process,
+    so the parent never loads torch while the contenders run)."""
+    suite = importlib.import_module(f"benchmarks.suite.{task}")
+    info = {"describe": suite.describe(size), "dataset": suite.DATASET, "stock_script": suite.STOCK_SCRIPT}
+    result.write_text(json.dumps(info, default=str))
+
+
+def _subprocess(args: list[str], log: Path) -> tuple[int, float]:
     start = time.perf_counter()
     with log.open("w") as output:
-        sink = None if verbose else output
-        done = subprocess.run(cmd, env=env, stdout=sink, stderr=sink)
-    if done.returncode != 0:
-        print(log.read_text()[-3000:] if not verbose else "", file=sys.stderr)
-        return {"error": f"exit status {done.returncode}, see {log}"}
-    result = json.loads(result_file.read_text())
-    result["wall_seconds"] = time.perf_counter() - start
-    result["OMP_WAIT_POLICY"] = env.get("OMP_WAIT_POLICY", "(unset)")
-    return result
-
-
-# ---- the table ---------------------------------------------------------------------------------
-def table_rows(results: dict) -> list[dict]:
-    rows = []
-    for task, by_contender in results.items():
-        base = by_contender.get("stock", {})
-        for contender, r in by_contender.items():
-            if "error" in r:
-                rows.append({"task": task, "contender": contender, "metric": r["error"]})
-                continue
-
-            def ratio(key, r=r, base=base):
-                return r[key] / base[key] if base.get(key) else None
-
-            rows.append(
-                {
-                    "task": task,
-                    "contender": contender,
-                    "env": "PASSIVE" if r["OMP_WAIT_POLICY"] == "PASSIVE" else "user",
-                    "precision": r.get("precision"),
-                    "metric": f"{r['metric_name']} {r['metric']:.4f}",
-                    "train_tok/s": r["train_real_tokens_per_s"],
-                    "train_x": ratio("train_real_tokens_per_s"),
-                    "predict_tok/s": r["predict_real_tokens_per_s"],
-                    "predict_x": ratio("predict_real_tokens_per_s"),
-                    "train_MFU": r["train_mfu"],
-                    "peak_GFLOP/s": r["matmul_peak_gflops"],
-                    "peak_RSS_MiB": r["peak_rss_mib"],
-                }
-            )
-    return rows
-
-
-def pipeline_rows(results: dict) -> list[dict]:
-    """Classification: the toolkit's predict vs transformers.pipeline on the same dev sentences.
-
-    The pipeline runs on the toolkit's own trained model (same weights), so the labels can be
-    compared one to one; the stock model through the pipeline is shown for reference.
-    """
-    by = results.get("classification", {})
-    toolkit, stock = by.get("toolkit", {}), by.get("stock", {})
-    if "pipeline_same_model_real_tokens_per_s" not in toolkit:
-        return []
-    base = toolkit["pipeline_same_model_real_tokens_per_s"]
-    rows = [
-        {
-            "predictor": "toolkit predict (bf16 autocast, batches of 64)",
-            "real_tok/s": toolkit["predict_real_tokens_per_s"],
-            "x_pipeline": toolkit["predict_real_tokens_per_s"] / base,
-            "same_labels": toolkit["label_agreement_with_pipeline"],
-        },
-        {
-            "predictor": "toolkit predict --precision fp32 (labels only)",
-            "same_labels": toolkit["label_agreement_with_pipeline_fp32"],
-        },
-        {"predictor": "transformers.pipeline, toolkit model", "real_tok/s": base, "x_pipeline": 1.0},
-    ]
-    if "pipeline_real_tokens_per_s" in stock:
-        rows.append(
-            {
-                "predictor": "transformers.pipeline, stock model",
-                "real_tok/s": stock["pipeline_real_tokens_per_s"],
-                "x_pipeline": stock["pipeline_real_tokens_per_s"] / base,
-            }
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), *args],
+            env=worker_env(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
         )
-    return rows
+    return done.returncode, time.perf_counter() - start
 
 
-def main() -> None:
+def launch(task: str, contender: str, seed: int, size: str, flags: list[str], logs: Path) -> dict:
+    """One run in a fresh process; its result dict, or an error record with the log's tail."""
+    log = logs / f"{task}-{contender}-seed{seed}.log"
+    result = log.with_suffix(".json")
+    args = ["--worker", f"{task}:{contender}:{seed}", "--size", size, "--result", str(result)]
+    args.append(f"--extra_flags={json.dumps(flags)}")
+    print(f"[bench_all] {task} {contender} seed {seed} (log: {log}) ...", flush=True)
+    code, wall = _subprocess(args, log)
+    if code != 0 or not result.is_file():
+        tail = log.read_text(errors="replace")[-LOG_TAIL:]
+        print(f"[bench_all]   FAILED (exit status {code}); see {log}", flush=True)
+        return {
+            "task": task,
+            "contender": contender,
+            "seed": seed,
+            "size": size,
+            "extra_flags": flags,
+            "error": f"exit status {code}",
+            "log_tail": tail,
+            "wall_seconds": wall,
+        }
+    row = json.loads(result.read_text())
+    row.update(extra_flags=flags, wall_seconds=wall)
+    row.setdefault("task", task)
+    row.setdefault("contender", contender)
+    row.setdefault("seed", seed)
+    print(
+        f"[bench_all]   {row.get('metric_name')} validation {_num(row.get('validation_metric'))}, "
+        f"test {_num(row.get('test_metric'))}, {_num(row.get('train_real_tokens_per_s'))} real tok/s "
+        f"({wall:.0f} s)",
+        flush=True,
+    )
+    return row
+
+
+def describe(task: str, size: str, logs: Path) -> dict:
+    log = logs / f"{task}-describe.log"
+    result = log.with_suffix(".json")
+    code, _ = _subprocess(["--describe", task, "--size", size, "--result", str(result)], log)
+    if code != 0 or not result.is_file():
+        return {"error": f"exit status {code}", "log_tail": log.read_text(errors="replace")[-LOG_TAIL:]}
+    return json.loads(result.read_text())
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+# ---- summary, targets, tables ------------------------------------------------------------------
+def summarise(runs: list[dict]) -> dict:
+    """``{task: {contender: {...}}}``: mean and spread over the successful seeds of each key in
+    :data:`SUMMARISED`, the time shares, and the settings the runs had (batch, precision...)."""
+    summary: dict = {}
+    for run in runs:
+        summary.setdefault(run["task"], {}).setdefault(run["contender"], [])
+        summary[run["task"]][run["contender"]].append(run)
+    return {
+        task: {contender: _summary(group) for contender, group in by.items()} for task, by in summary.items()
+    }
+
+
+def _summary(group: list[dict]) -> dict:
+    ok = [r for r in group if "error" not in r]
+    out: dict = {
+        "seeds": sorted(r["seed"] for r in ok),
+        "failed_seeds": sorted(r["seed"] for r in group if "error" in r),
+    }
+    for key in ("metric_name", "batch_size", "learning_rate", "epochs", "precision", "extra_flags"):
+        values = list(dict.fromkeys(json.dumps(r.get(key), default=str) for r in ok))
+        out[key] = json.loads(values[0]) if len(values) == 1 else [json.loads(v) for v in values]
+    for key in SUMMARISED:
+        values = [r[key] for r in ok if r.get(key) is not None]
+        out[key] = mean_spread(values) if values else None
+    shares = {"forward_backward": [], "optimizer": [], "other": []}
+    for r in ok:
+        if r.get("train_seconds"):
+            for part in shares:
+                shares[part].append(100 * r[f"{part}_s"] / r["train_seconds"])
+    for part, values in shares.items():
+        out[f"{part}_percent"] = mean_spread(values) if values else None
+    return out
+
+
+def _mean(summary: dict, task: str, contender: str, key: str) -> float | None:
+    found = summary.get(task, {}).get(contender, {}).get(key)
+    return found["mean"] if found else None
+
+
+def speed_ratio(summary: dict, task: str, contender: str, base: str) -> float | None:
+    """Mean real training tokens/s of ``contender`` over that of ``base`` (None if either lacks)."""
+    a = _mean(summary, task, contender, "train_real_tokens_per_s")
+    b = _mean(summary, task, base, "train_real_tokens_per_s")
+    return a / b if a is not None and b else None
+
+
+def compare_metric(ours: dict | None, theirs: dict | None, lower_is_better: bool = False) -> str | None:
+    """``"higher"``, ``"equal"`` or ``"lower"`` (better, as good, worse; None without data).
+
+    Equal: the difference of the means is within the larger of the two standard deviations.
+
+    Example:
+        >>> compare_metric({"mean": 0.80, "std": 0.01}, {"mean": 0.805, "std": 0.004})
+        'equal'
+    """
+    if not ours or not theirs:
+        return None
+    difference = ours["mean"] - theirs["mean"]
+    if lower_is_better:
+        difference = -difference
+    if abs(difference) <= max(ours["std"], theirs["std"]):
+        return "equal"
+    return "higher" if difference > 0 else "lower"
+
+
+def targets(summary: dict) -> dict:
+    """Per task, issue 15's three training targets: each with its measured value and met or not
+    (None where a contender has no successful run)."""
+    out = {}
+    for task, by in summary.items():
+        same = speed_ratio(summary, task, "toolkit-same-batch", "stock-tuned")
+        defaults = speed_ratio(summary, task, "toolkit", "stock")
+        name = (by.get("toolkit") or by.get("stock-tuned") or {}).get("metric_name") or ""
+        lower = any(word in str(name) for word in LOWER_IS_BETTER)
+        ours = by.get("toolkit", {}).get("test_metric")
+        theirs = by.get("stock-tuned", {}).get("test_metric")
+        verdict = compare_metric(ours, theirs, lower)
+        out[task] = [
+            {
+                "target": f"toolkit-same-batch / stock-tuned speed >= {SAME_BATCH_TARGET}x",
+                "value": same,
+                "met": None if same is None else same >= SAME_BATCH_TARGET,
+            },
+            {
+                "target": f"toolkit / stock speed >= {DEFAULTS_TARGET:g}x",
+                "value": defaults,
+                "met": None if defaults is None else defaults >= DEFAULTS_TARGET,
+            },
+            {
+                "target": "toolkit test metric at least stock-tuned's",
+                "value": verdict,
+                "toolkit": ours,
+                "stock-tuned": theirs,
+                "met": None if verdict is None else verdict in ("higher", "equal"),
+            },
+        ]
+    return out
+
+
+def fmt_spread(found: dict | None, digits: int | None = None) -> str:
+    """``0.823 ± 0.004``; 3 decimals below 10, 1 from 10 (QA's F1 is 0-100); ``-`` without data.
+    One seed has no spread: its value alone."""
+    if not found:
+        return "-"
+    if digits is None:
+        digits = 3 if abs(found["mean"]) < 10 else 1
+    if found.get("n", 2) < 2:
+        return f"{found['mean']:.{digits}f}"
+    return f"{found['mean']:.{digits}f} ± {found['std']:.{digits}f}"
+
+
+def fmt_speed(found: dict | None) -> str:
+    """``1,905 ± 40`` tokens/s (one seed: ``1,905``)."""
+    if not found:
+        return "-"
+    return f"{found['mean']:,.0f}" + (f" ± {found['std']:,.0f}" if found.get("n", 2) > 1 else "")
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _setting(value) -> str:
+    if isinstance(value, list):
+        return "/".join("-" if v is None else str(v) for v in value)
+    return "-" if value is None else str(value)
+
+
+def _metric_name(name) -> str:
+    return _setting(name).removeprefix("eval_").removeprefix("test_")
+
+
+def _metric_cell(entry: dict, key: str) -> str:
+    cell = fmt_spread(entry.get(key))
+    if not entry["seeds"]:
+        return f"failed (all {len(entry['failed_seeds'])} seeds)"
+    if entry["failed_seeds"]:
+        cell += f" ({len(entry['seeds'])} of {len(entry['seeds']) + len(entry['failed_seeds'])} seeds)"
+    return cell
+
+
+def dataset_label(task: str, info: dict) -> str:
+    """``classification (AG News)``: the task and its dataset's name (the dataset line up to its
+    first comma, colon or parenthesis; the whole line is in the result file's ``sizes``)."""
+    line = str(info.get("dataset") or "")
+    short = line.split(",")[0].split(":")[0].split("(")[0].strip()
+    return f"{task} ({short})" if short else task
+
+
+def training_table(summary: dict, sizes: dict) -> dict:
+    columns = [
+        "task (dataset)",
+        "contender",
+        "batch",
+        "precision",
+        "validation metric",
+        "test metric",
+        "train real tok/s",
+        "x stock",
+        "x stock-tuned",
+        "train MFU",
+        "peak RSS MiB",
+    ]
+    rows, notes = [], []
+    for task, by in summary.items():
+        label = dataset_label(task, sizes.get(task, {}))
+        names = {_metric_name(e.get("metric_name")) for e in by.values() if e.get("metric_name")}
+        if names:
+            label += ", " + "/".join(sorted(names))
+        for i, (contender, entry) in enumerate(by.items()):
+            rss = entry.get("peak_rss_mib")
+            mfu = entry.get("train_mfu")
+            rows.append(
+                [
+                    label if i == 0 else "",
+                    contender,
+                    _setting(entry.get("batch_size")),
+                    _setting(entry.get("precision")),
+                    _metric_cell(entry, "validation_metric"),
+                    _metric_cell(entry, "test_metric") if entry["seeds"] else "",
+                    fmt_speed(entry.get("train_real_tokens_per_s")),
+                    fmt_ratio(speed_ratio(summary, task, contender, "stock")),
+                    fmt_ratio(speed_ratio(summary, task, contender, "stock-tuned")),
+                    fmt_spread(mfu, 3) if mfu else "-",
+                    f"{rss['mean']:,.0f}" if rss else "-",
+                ]
+            )
+            if entry.get("extra_flags"):
+                notes.append(f"{task} {contender}: toolkit defaults + {shlex.join(entry['extra_flags'])}")
+        if sizes.get(task, {}).get("dataset"):
+            notes.append(f"{task}: {sizes[task]['dataset']}")
+    return {"columns": columns, "rows": rows, "notes": "\n".join(notes)}
+
+
+def shares_table(summary: dict) -> dict:
+    columns = ["task", "contender", "forward+backward %", "optimiser %", "other (data, scheduler, logging) %"]
+    rows = []
+    for task, by in summary.items():
+        for i, (contender, entry) in enumerate(by.items()):
+            rows.append(
+                [
+                    task if i == 0 else "",
+                    contender,
+                    fmt_spread(entry.get("forward_backward_percent"), 1),
+                    fmt_spread(entry.get("optimizer_percent"), 1),
+                    fmt_spread(entry.get("other_percent"), 1),
+                ]
+            )
+    return {
+        "columns": columns,
+        "rows": rows,
+        "notes": "share of trainer.train() wall time, mean ± std over seeds (benchmarks/common.py StepTimer)",
+    }
+
+
+def targets_table(found: dict) -> dict:
+    columns = ["task", "target", "measured", "met"]
+    rows = []
+    for task, items in found.items():
+        for i, item in enumerate(items):
+            value = item["value"]
+            if isinstance(value, float):
+                measured = fmt_ratio(value)
+            elif value is None:
+                measured = "no data"
+            else:
+                measured = f"{fmt_spread(item['toolkit'])} vs {fmt_spread(item['stock-tuned'])} ({value})"
+            met = "no data" if item["met"] is None else "met" if item["met"] else "not met"
+            rows.append([task if i == 0 else "", item["target"], measured, met])
+    return {
+        "columns": columns,
+        "rows": rows,
+        "notes": "speed: ratio of mean real training tokens/s; metric: equal when the difference "
+        "of the means is within the larger standard deviation",
+    }
+
+
+def build_tables(summary: dict, sizes: dict, found_targets: dict) -> dict:
+    return {
+        "training": training_table(summary, sizes),
+        "time-shares": shares_table(summary),
+        "targets": targets_table(found_targets),
+    }
+
+
+# ---- the driver --------------------------------------------------------------------------------
+def parse_variants(specs: list[str]) -> tuple[dict[str, list[str] | None], dict[str, dict[str, list[str]]]]:
+    """Variant rows: ``NAME=FLAGS`` for every task, ``NAME@TASK=FLAGS`` for one task (it wins
+    there; a name given only with ``@TASK`` runs only for those tasks).
+
+    ``["toolkit-tokens=--max_tokens_per_batch 256", "toolkit-tokens@qa=--max_tokens_per_batch 4096"]``
+    -> ``({"toolkit-tokens": [...256]}, {"toolkit-tokens": {"qa": [...4096]}})``.
+    """
+    variants: dict[str, list[str] | None] = {}
+    per_task: dict[str, dict[str, list[str]]] = {}
+    for spec in specs:
+        target, sep, flags = spec.partition("=")
+        name, _, task = target.strip().partition("@")
+        if not sep or not name.startswith("toolkit-") or name in CONTENDERS or (task and task not in TASKS):
+            raise SystemExit(
+                f"--variant {spec!r}: want NAME=FLAGS or NAME@TASK=FLAGS with a new name starting 'toolkit-'"
+            )
+        if task:
+            per_task.setdefault(name, {})[task] = shlex.split(flags)
+            variants.setdefault(name, None)
+        else:
+            variants[name] = shlex.split(flags)
+    return variants, per_task
+
+
+def flags_for(contenders: dict, per_task: dict, contender: str, task: str) -> list[str] | None:
+    """The extra flags of ``contender`` on ``task``; None where it does not run."""
+    return per_task.get(contender, {}).get(task, contenders[contender])
+
+
+def plan(tasks: list[str], seeds: list[int], contenders: dict, per_task: dict | None = None) -> list[tuple]:
+    """(task, contender, seed) in running order: task by task, seed-major within a task."""
+    per_task = per_task or {}
+    return [
+        (t, c, s)
+        for t in tasks
+        for s in seeds
+        for c in contenders
+        if flags_for(contenders, per_task, c, t) is not None
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--tasks", default=",".join(SIZES), help="comma-separated subset of: " + ", ".join(SIZES)
+        "--tasks", default=",".join(TASKS), help="comma-separated subset of " + ", ".join(TASKS)
     )
     parser.add_argument("--size", choices=("quick", "standard"), default="standard")
+    parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     parser.add_argument(
-        "--user_env",
-        default="all",
-        help="tasks that also run the stock Trainer with the wait policy unset: all, none, or a list",
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=FLAGS",
+        help='an extra toolkit row, e.g. "toolkit-tokens=--max_tokens_per_batch 4096" (repeatable)',
     )
-    parser.add_argument("--verbose", action="store_true", help="show the contenders' own output")
+    parser.add_argument(
+        "--resume", type=Path, help="a partial file of an interrupted run: skip its done runs"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument("--describe", help=argparse.SUPPRESS)
+    parser.add_argument("--extra_flags", default="[]", help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
     if args.worker:
-        task, contender = args.worker.split(":")
-        if contender == "toolkit":
-            # What the encoder-tasks CLI does before torch loads: its runtime defaults where the
-            # user has not chosen (OMP_WAIT_POLICY=PASSIVE).
-            from encoder_tasks.runtime import configure_cpu_runtime
-
-            configure_cpu_runtime()
-        # torch next: OpenMP reads its wait policy when torch loads, so nothing imported later
-        # (bench_mlm applies the toolkit's defaults on import) changes a stock run's environment.
-        import torch  # noqa: F401
-
-        result = run_contender(task, contender, args.size)
-        Path(args.result).write_text(json.dumps(result, default=str))
+        task, contender, seed = args.worker.split(":")
+        worker(task, contender, int(seed), args.size, json.loads(args.extra_flags), args.result)
         return
+    if args.describe:
+        describe_worker(args.describe, args.size, args.result)
+        return
+
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    unknown = sorted(set(tasks) - set(SIZES))
+    unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
-        sys.exit(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(SIZES)}")
-    user_env = (
-        set(tasks)
-        if args.user_env == "all"
-        else set()
-        if args.user_env == "none"
-        else set(args.user_env.split(","))
-    )
-    for task in tasks:
-        require_data(*DATASETS[task][1])
+        sys.exit(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    variants, per_task = parse_variants(args.variant)
+    contenders = {c: [] for c in CONTENDERS} | variants
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    runs: list[dict] = []
+    partial = Path(tempfile.gettempdir()) / f"bench_all-training-{args.size}-{stamp}.partial.json"
+    if args.resume:
+        previous = json.loads(args.resume.read_text())
+        if previous["size"] != args.size:
+            sys.exit(f"{args.resume} is a --size {previous['size']} run, not {args.size}")
+        runs = [r for r in previous["runs"] if "error" not in r]
+        partial = args.resume
+    logs = Path(tempfile.mkdtemp(prefix=f"bench_all-{stamp}-"))
+    print(f"[bench_all] partial results: {partial}\n[bench_all] logs: {logs}", flush=True)
     begin = time.perf_counter()
-    results: dict = {}
-    partial = Path(tempfile.gettempdir()) / "bench_all_partial.json"
-    for task in tasks:
-        results[task] = {}
-        for contender in CONTENDERS:
-            if contender == "stock-user-env" and task not in user_env:
-                continue
-            results[task][contender] = launch(task, contender, args.size, args.verbose)
-            partial.write_text(json.dumps(results, indent=2, default=str))  # survive a later failure
-    rows = table_rows(results)
-    print(f"\nencoder-tasks vs stock Trainer, MiniLM-L6, size {args.size}, seed {SEED}")
-    for task in tasks:
-        print(f"  {task}: {DATASETS[task][0]}, {SIZES[task][args.size]}")
-    print()
-    print_table(rows, list(rows[0]) if rows else [])
-    pipe = pipeline_rows(results)
-    if pipe:
-        print("\nprediction, SST-2 dev (872 sentences): toolkit predict vs transformers.pipeline")
-        print_table(pipe, ["predictor", "real_tok/s", "x_pipeline", "same_labels"])
-    slim = {
-        t: {c: {k: v for k, v in r.items() if k != "predicted_labels"} for c, r in by.items()}
-        for t, by in results.items()
-    }
+    sizes = {task: describe(task, args.size, logs) for task in tasks}
+    command = [sys.executable, sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
+    record = {"command": shlex.join(command), "size": args.size, "runs": runs}
+    done = {(r["task"], r["contender"], r["seed"]) for r in runs}
+    for task, contender, seed in plan(tasks, seeds, contenders, per_task):
+        if (task, contender, seed) in done:
+            continue
+        flags = flags_for(contenders, per_task, contender, task)
+        runs.append(launch(task, contender, seed, args.size, flags, logs))
+        partial.write_text(json.dumps(record, indent=2, default=str))  # a crash loses nothing
+    # Rows in the plan's order, whatever order a resumed file held them in.
+    order = {key: i for i, key in enumerate(plan(tasks, seeds, contenders, per_task))}
+    runs.sort(key=lambda r: order.get((r["task"], r["contender"], r["seed"]), len(order)))
+    summary = summarise(runs)
+    found_targets = targets(summary)
+    tables = build_tables(summary, sizes, found_targets)
     path = save_results(
-        "all",
+        f"training-{args.size}",
         {
-            "command": " ".join(sys.argv),
+            "command": record["command"],
             "size": args.size,
-            "sizes": {t: SIZES[t][args.size] for t in tasks},
-            "rows": rows,
-            "pipeline": pipe,
-            "results": slim,
+            "tasks": tasks,
+            "seeds": seeds,
+            "contenders": contenders,
+            "variant_flags_per_task": per_task,
+            "sizes": sizes,
+            "runs": runs,
+            "summary": summary,
+            "targets": found_targets,
+            "tables": tables,
             "total_seconds": time.perf_counter() - begin,
         },
     )
-    print(f"\nresults: {path}\nenvironment: {environment()}")
+    for name, table in tables.items():
+        print(f"\n{name}\n\n{render_markdown(table)}")
+        if table.get("notes"):
+            print("\n" + table["notes"])
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        print(
+            f"\n{len(failed)} run(s) failed: "
+            + ", ".join(f"{r['task']} {r['contender']} seed {r['seed']}" for r in failed)
+        )
+    print(f"\nresults: {path}")
 
 
 if __name__ == "__main__":

@@ -177,9 +177,11 @@ def stock_switches(contender: str) -> dict:
         return {}
     if contender != "stock-tuned":
         raise ValueError(f"not a stock contender: {contender!r}")
-    from encoder_tasks.training_args import native_bf16_available
+    from encoder_tasks.training_args import available_accelerator, native_bf16_available
 
-    return {"bf16": native_bf16_available(True), "train_sampling_strategy": "group_by_length"}
+    # Asked of the device the run trains on, as the toolkit's --mixed_precision auto asks it.
+    on_cpu = available_accelerator() is None
+    return {"bf16": native_bf16_available(use_cpu=on_cpu), "train_sampling_strategy": "group_by_length"}
 
 
 def mean_spread(values: list[float]) -> dict:

@@ -131,8 +131,9 @@ def _describe_unexpected(exc: BaseException) -> tuple[str, int]:
         )
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
         return (
-            f"out of memory ({first or type(exc).__name__}); lower --per_device_train_batch_size "
-            "(raising --gradient_accumulation_steps keeps the effective batch) or --max_length",
+            f"out of memory ({first or type(exc).__name__}); lower --per_device_train_batch_size or "
+            "--max_tokens_per_batch (raising --gradient_accumulation_steps keeps the effective batch) or "
+            "--max_length",
             1,
         )
     name = type(exc).__name__

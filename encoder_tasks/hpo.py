@@ -187,6 +187,11 @@ def search(task_name: str, model_args, data_args, task_args, training_args, sear
 
     task = TASKS[task_name]
     space = parse_space(search_args)
+    if "per_device_train_batch_size" in space and getattr(training_args, "max_tokens_per_batch", None):
+        raise UserError(
+            "search: --search_batch_size has no effect with --max_tokens_per_batch (the token budget sets "
+            "every training batch); search one or the other"
+        )
     check_output_dir(training_args)
     # Trials compare settings; their checkpoints would only fill the disk.
     training_args.save_strategy = "no"

@@ -30,23 +30,58 @@ logger = logging.getLogger(__name__)
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
-def autocast_for(device: torch.device | str, precision: str = "auto"):
-    """A context manager: bf16 autocast on ``device`` when ``precision`` asks for it.
+def uses_bf16(device: torch.device | str, precision: str = "auto") -> bool:
+    """Whether ``precision`` on ``device`` computes in bf16: ``bf16``, or ``auto`` where bf16 is
+    native (a bf16 GPU or Intel XPU, a CPU with AVX512-BF16 or AMX; not Apple MPS: see
+    :func:`encoder_tasks.training_args.native_bf16_available`).
 
-    ``auto`` means bf16 where it is native (a bf16 GPU or Intel XPU, a CPU with AVX512-BF16 or
-    AMX; not Apple MPS: see :func:`encoder_tasks.training_args.native_bf16_available`);
-    measured 2.1x for MiniLM prediction on an AVX512-BF16 CPU, outputs read back in fp32.
+    Example:
+        >>> uses_bf16("cpu", "fp32"), uses_bf16("cpu", "bf16")
+        (False, True)
     """
     from .training_args import native_bf16_available
 
     check_choice("precision", precision, PRECISIONS)
     device = torch.device(device)
-    use_bf16 = precision == "bf16" or (
+    return precision == "bf16" or (
         precision == "auto" and native_bf16_available(use_cpu=device.type == "cpu")
     )
-    if not use_bf16:
+
+
+def autocast_for(device: torch.device | str, precision: str = "auto"):
+    """A context manager: bf16 autocast on ``device`` when ``precision`` asks for it
+    (:func:`uses_bf16`); outputs are read back in fp32. What it gains is measured by
+    ``benchmarks/bench_predict.py``.
+    """
+    device = torch.device(device)
+    if not uses_bf16(device, precision):
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def cast_encoder_for_inference(model, precision: str = "auto"):
+    """Store the encoder's weights in bf16 when ``precision`` computes in bf16; returns ``model``.
+
+    For a model loaded only to predict. Autocast alone casts every weight to bf16 again in
+    every forward pass (its cast cache does not outlive the context, nor work in inference
+    mode); weights stored in bf16 skip that, for the same bf16 matrix products. The task's
+    output layers keep fp32 weights and compute in fp32 (:func:`encoder_tasks.heads.full_precision`),
+    and autocast still runs the ops it keeps in fp32 (layer norms, softmax) in fp32.
+
+    Example:
+        >>> import torch.nn as nn
+        >>> model = nn.Module()
+        >>> model.encoder, model.head = nn.Linear(2, 2), nn.Linear(2, 1)
+        >>> _ = cast_encoder_for_inference(model, "bf16")
+        >>> model.encoder.weight.dtype, model.head.weight.dtype
+        (torch.bfloat16, torch.float32)
+    """
+    encoder = getattr(model, "encoder", None)
+    if isinstance(encoder, torch.nn.Module):
+        device = next(encoder.parameters()).device
+        if uses_bf16(device, precision):
+            encoder.to(torch.bfloat16)
+    return model
 
 
 def inference_device() -> torch.device:
@@ -63,14 +98,22 @@ def inference_device() -> torch.device:
 
 
 def load_for_prediction(
-    args, task_name: str, settings_skip: tuple[str, ...] = (), load: Callable[[str], Any] | None = None
+    args,
+    task_name: str,
+    settings_skip: tuple[str, ...] = (),
+    load: Callable[[str], Any] | None = None,
+    fp32_weights: bool = False,
 ):
     """Check ``args``, load the saved model and its tokenizer, fill unset flags from the saved
-    settings, and move the model to :func:`inference_device`. Returns ``(model, tokenizer)``.
+    settings, move the model to :func:`inference_device` and, where ``--precision`` computes in
+    bf16, store the encoder's weights in bf16 (:func:`cast_encoder_for_inference`). Returns
+    ``(model, tokenizer)``.
 
     Fails before loading anything on missing or clashing paths (``args.check()``), and on a
     model saved by another task. ``load(path)`` replaces the loader where a task also accepts
     models it did not save (embedding: any encoder, sentence-transformers folders).
+    ``fp32_weights`` keeps the encoder's weights in fp32 (autocast alone) where the output is the
+    encoder's own last layer, so bf16 weights would round it (embedding vectors).
     """
     from .backbone import load_tokenizer, resolve_model_path
     from .heads import EncoderWithHead
@@ -88,6 +131,8 @@ def load_for_prediction(
     resolve(args, model.settings, skip=settings_skip)
     tokenizer = load_tokenizer(path)
     model.to(inference_device())
+    if not fp32_weights:
+        cast_encoder_for_inference(model, getattr(args, "precision", "auto"))
     return model, tokenizer
 
 

@@ -1,9 +1,11 @@
 """CPU runtime defaults, applied before torch is imported.
 
-OpenMP's default spin-waiting keeps idle threads busy; on small CPUs (2 cores here) that
-stole 1.6-4.9x per training step from the threads doing the work. We set
-``OMP_WAIT_POLICY=PASSIVE`` and silence the tokenizers fork warning, but only where the user
-has not chosen: an exported variable always wins.
+By default idle OpenMP threads spin, ready for the next parallel region; when threads
+outnumber the cores (several trainings, or data-loader and tokenizer threads beside the math
+threads) a spinning thread can hold a core a working thread needs. We set
+``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep) and silence the tokenizers fork warning, but
+only where the user has not chosen: an exported variable always wins. No speed-up is claimed
+(docs/speed.md); ``benchmarks/bench_cpu_runtime.py`` measures it.
 """
 
 from __future__ import annotations

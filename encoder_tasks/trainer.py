@@ -9,16 +9,20 @@ It overrides only what differs from the stock Trainer:
   on several machines with their own disks only the writer's disk gets a checkpoint;
 - length-grouped training batches come from a sampler seeded by (seed, epoch), so a resumed
   run sees the same batches in the same order as an uninterrupted one;
+- ``--max_tokens_per_batch``: training batches of a token budget rather than a number of
+  examples (:mod:`encoder_tasks.token_batches`), seeded the same way;
 - evaluation batches are sorted by length (less padding, same metrics);
 - a NaN/inf training loss stops the run at once with a clear message (last good checkpoint kept).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import tempfile
 import zlib
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -27,11 +31,15 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints, seed_worker
 
 from . import checkpoints
 from .errors import UserError
 from .heads import EncoderWithHead
+from .token_batches import TokenBudgetBatchSampler
+from .training_args import check_token_budget
+
+logger = logging.getLogger(__name__)
 
 
 class NonFiniteLossError(UserError):
@@ -193,17 +201,93 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
         self._epoch_seeded_collator = None
         self._seeded_sampler = None
         self.add_callback(_EpochSeeds(self))
+        if getattr(self.args, "max_tokens_per_batch", None):
+            model = (
+                self.accelerator.unwrap_model(self.model, keep_torch_compile=False) if self.model else None
+            )
+            check_token_budget(self.args, getattr(model, "task", ""))
+
+    @property
+    def _data_seed(self) -> int:
+        return self.args.data_seed if self.args.data_seed is not None else self.args.seed
 
     def get_train_dataloader(self):
         # Training batches are collated under a per-(seed, epoch, batch) RNG: see EpochSeededCollator.
         collator = self.data_collator
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        self._epoch_seeded_collator = EpochSeededCollator(collator, seed)
+        self._epoch_seeded_collator = EpochSeededCollator(collator, self._data_seed)
         self.data_collator = self._epoch_seeded_collator
         try:
+            if getattr(self.args, "max_tokens_per_batch", None):
+                return self._token_budget_dataloader()
             return super().get_train_dataloader()
         finally:
             self.data_collator = collator
+
+    def _token_budget_dataloader(self):
+        """Training batches of at most ``--max_tokens_per_batch`` padded tokens, whole batches per process.
+
+        Built here rather than by the stock ``_get_dataloader``, which passes only its own
+        batch samplers as ``batch_sampler``. Loader options are the stock ones.
+        """
+        import datasets
+        from torch.utils.data import DataLoader
+
+        args = self.args
+        config = args.accelerator_config
+        if args.world_size > 1 and (config.split_batches or config.dispatch_batches):
+            raise UserError(
+                "--max_tokens_per_batch gives each process whole batches of its own; it does not work with "
+                "accelerator_config split_batches or dispatch_batches"
+            )
+        dataset, collator = self.train_dataset, self.data_collator
+        if not hasattr(dataset, "__len__"):
+            raise UserError("--max_tokens_per_batch needs a training set of known size (not a streamed one)")
+        if isinstance(dataset, datasets.Dataset):
+            dataset = self._remove_unused_columns(dataset, description="Training")
+        else:
+            collator = self._get_collator_with_removed_columns(collator, description="Training")
+        sampler = TokenBudgetBatchSampler(
+            self._train_lengths(dataset),
+            args.max_tokens_per_batch,
+            pad_to_multiple_of=args.pad_to_multiple_of,
+            seed=self._data_seed,
+            num_processes=args.world_size,
+            process_index=args.process_index,
+        )
+        self._seeded_sampler = sampler
+        examples, batches = len(sampler.padded), len(sampler.sizes)
+        shares = f" ({len(sampler):,} per process)" if args.world_size > 1 else ""
+        logger.info(
+            "training batches of at most %s tokens: %s per epoch%s, %.1f examples each on average, %s padded "
+            "tokens per epoch (--per_device_train_batch_size does not apply)",
+            f"{args.max_tokens_per_batch:,}",
+            f"{batches:,}",
+            shares,
+            examples / max(batches, 1),
+            f"{sampler.padded_tokens():,}",
+        )
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=collator,
+            num_workers=args.dataloader_num_workers,
+            pin_memory=args.dataloader_pin_memory,
+            persistent_workers=args.dataloader_persistent_workers,
+            multiprocessing_context=args.dataloader_multiprocessing_context,
+            prefetch_factor=args.dataloader_prefetch_factor,
+            in_order=args.dataloader_in_order,
+            worker_init_fn=partial(
+                seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index
+            ),
+        )
+        prepared = self.accelerator.prepare(loader)
+        # The sampler already gave this process its own batches: accelerate's shard wrapper
+        # must pass them through rather than share them out again.
+        wrapper = getattr(prepared, "batch_sampler", None)
+        if wrapper is not None and getattr(wrapper, "batch_sampler", None) is sampler:
+            wrapper.num_processes = 1
+            wrapper.process_index = 0
+        return prepared
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
@@ -212,30 +296,28 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
         check_finite_loss(loss, self.state, self.args.output_dir)
         return loss
 
+    def _train_lengths(self, train_dataset) -> list[int]:
+        """Each training example's length in tokens: the ``length`` column, else the token ids."""
+        # The Trainer hands over the dataset after dropping columns the model does not take
+        # (``length`` among them): read the lengths from the full training set when it has them.
+        column = self.args.length_column_name
+        for source in (train_dataset, self.train_dataset):
+            names = getattr(source, "column_names", None) or []
+            if column in names and len(source) == len(train_dataset):
+                return list(source[column])
+        name = (
+            self.processing_class.model_input_names[0] if self.processing_class is not None else "input_ids"
+        )
+        return [len(row[name]) for row in train_dataset]
+
     def _get_train_sampler(self, train_dataset=None):
         train_dataset = train_dataset if train_dataset is not None else self.train_dataset
         if self.args.train_sampling_strategy != "group_by_length" or not hasattr(train_dataset, "__len__"):
             return super()._get_train_sampler(train_dataset)
-        # The Trainer hands over the dataset after dropping columns the model does not take
-        # (``length`` among them): read the lengths from the full training set when it has them.
-        column = self.args.length_column_name
-        lengths = None
-        for source in (train_dataset, self.train_dataset):
-            names = getattr(source, "column_names", None) or []
-            if column in names and len(source) == len(train_dataset):
-                lengths = list(source[column])
-                break
-        if lengths is None:
-            name = (
-                self.processing_class.model_input_names[0]
-                if self.processing_class is not None
-                else "input_ids"
-            )
-            lengths = [len(row[name]) for row in train_dataset]
         self._seeded_sampler = SeededLengthGroupedSampler(
             self.args.train_batch_size * self.args.gradient_accumulation_steps,
-            lengths=lengths,
-            seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+            lengths=self._train_lengths(train_dataset),
+            seed=self._data_seed,
         )
         return self._seeded_sampler
 

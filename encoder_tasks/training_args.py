@@ -5,16 +5,19 @@ Defaults are chosen to serve any dataset, not one we can see:
   fine-tuning recipe; warm-up keeps a freshly initialised head from wrecking the encoder),
 - batch size 16, or 8 where 16 would give a supervised task fewer than 500 optimiser steps
   (small data sets need the steps), 3 epochs,
-- length-grouped training batches (less padding: 1.4-2.4x measured on CPU),
+- length-grouped training batches (less padding); or, with
+  ``--max_tokens_per_batch``, batches of a token budget (see :mod:`encoder_tasks.token_batches`),
 - non-padding tokens counted, so real tokens per second can be reported,
 - padding-free attention on GPUs with a FlashAttention encoder (``--padding_free auto``; see
   :mod:`encoder_tasks.padding_free`),
 - the accelerator when there is one (CUDA, Apple MPS, Intel XPU); the CPU without one, or
   with ``--use_cpu true``,
 - bf16 autocast where the hardware runs it natively (``--mixed_precision auto``): GPUs and
-  Intel XPUs with bf16, and CPUs with AVX512-BF16 or AMX (measured 1.8x per MiniLM training
-  step on an AVX512-BF16 CPU); fp32 on Apple MPS unless asked. Losses, the CRF and metrics
-  stay in fp32.
+  Intel XPUs with bf16, and CPUs with AVX512-BF16 or AMX; fp32 on Apple MPS unless asked.
+  Losses, the CRF and metrics stay in fp32.
+
+What these add, against the stock Trainer with and without the same switches: the ``training``
+table of benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -88,6 +91,18 @@ class EncoderTrainingArguments(TrainingArguments):
         default="group_by_length",
         metadata={"help": "random, sequential, group_by_length (default: less padding), batch_rebalance."},
     )
+    max_tokens_per_batch: int | None = field(
+        default=None,
+        metadata={
+            "help": "Token-budget training batches: each holds at most N tokens, counted as the model computes "
+            "them ((longest text in the batch, padded to --pad_to_multiple_of) x texts in the batch), so short "
+            "texts make big batches and long ones small batches. Texts are grouped by length, seeded by "
+            "(seed, epoch). Replaces --per_device_train_batch_size (and the automatic batch rule) and "
+            "--train_sampling_strategy for training; evaluation keeps --per_device_eval_batch_size. N must hold "
+            "the longest training text (an error says its length otherwise). Not for embedding, whose batches are "
+            "each other's negatives. Default: off."
+        },
+    )
     include_num_input_tokens_seen: str = field(
         default="non_padding", metadata={"help": "Count input tokens: non_padding (default), all, no."}
     )
@@ -116,6 +131,17 @@ class EncoderTrainingArguments(TrainingArguments):
 
     def __post_init__(self):
         self._resolve_mixed_precision()
+        if self.max_tokens_per_batch is not None:
+            from .errors import UserError
+
+            if int(self.max_tokens_per_batch) < 1:
+                raise UserError(
+                    f"--max_tokens_per_batch must be a positive number of tokens, found {self.max_tokens_per_batch}"
+                )
+            if self.auto_find_batch_size:  # it would halve a batch size the budget does not use
+                raise UserError(
+                    "--auto_find_batch_size does not apply with --max_tokens_per_batch: lower the budget"
+                )
         self.padding_free = str(self.padding_free).lower()
         from .padding_free import CHOICES
 
@@ -165,23 +191,52 @@ class EncoderTrainingArguments(TrainingArguments):
 
 
 #: Fewer optimiser steps than this at batch 16 and a supervised task gets batch 8 (when the
-#: user named no batch size). Measured: STS-B, 2,000 pairs x 2 epochs (250 steps at 16):
-#: Spearman 0.755 / 0.756 / 0.720 at batch 16 vs 0.790 / 0.793 / 0.754 at batch 8 (seeds 42,
-#: 1, 2; stock Trainer at 8: 0.779 / 0.775 / 0.788); SST-2, 1,000 sentences x 1 epoch: 0.73 at
-#: 16 vs 0.78 for the stock run at 8. With 500+ steps 16 lost nothing (SST-2 4,000 x 2: 0.846).
+#: user named no batch size). Chosen on validation data only (STS-B dev; SST-2 sentences held
+#: out of train.tsv), 3 seeds: `benchmarks/bench_defaults.py batch-rule`, the `batch-rule` table
+#: of benchmarks/README.md ("How each default was chosen").
 MIN_STEPS = 500
 SMALL_BATCH = 8
 #: Tasks whose batch only sets the optimiser's noise. Embedding batches are also each other's
 #: negatives and MLM trains on packed blocks, so they keep the batch they are given.
 AUTO_BATCH_TASKS = ("classification", "pair", "ner", "qa")
 
+#: Tasks that refuse ``--max_tokens_per_batch``, and why. MLM takes it: its loss is a mean over
+#: the masked tokens of the whole step (``num_items_in_batch``) whatever the batches hold, and on
+#: packed blocks of equal length a budget is simply a batch size.
+TOKEN_BUDGET_REFUSED = {
+    "embedding": "its batches are each other's negatives, so a batch whose size follows the texts' length "
+    "would change the loss from step to step (few negatives for long texts); --per_device_train_batch_size "
+    "sets its batch",
+}
+
+
+def check_token_budget(args, task: str) -> None:
+    """Refuse ``--max_tokens_per_batch`` for a task in :data:`TOKEN_BUDGET_REFUSED`.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> check_token_budget(SimpleNamespace(max_tokens_per_batch=2048), "ner")
+        >>> try:
+        ...     check_token_budget(SimpleNamespace(max_tokens_per_batch=2048), "embedding")
+        ... except Exception as error:
+        ...     print(str(error).split(":")[0])
+        --max_tokens_per_batch does not apply to embedding
+    """
+    reason = TOKEN_BUDGET_REFUSED.get(task)
+    if getattr(args, "max_tokens_per_batch", None) and reason:
+        from .errors import UserError
+
+        raise UserError(f"--max_tokens_per_batch does not apply to {task}: {reason}")
+
 
 def resolve_batch_size(args, task: str, train_examples: int) -> int | None:
     """Apply ``--auto_batch_size``: batch 8 where the default 16 leaves too few steps.
 
     Only when the user named no batch size (recipe or flag; ``parse_args`` records what was
-    given), for a task in :data:`AUTO_BATCH_TASKS`, without ``--max_steps``. Returns the new
-    batch size, or None when nothing changed.
+    given), for a task in :data:`AUTO_BATCH_TASKS`, without ``--max_steps``, and without
+    ``--max_tokens_per_batch`` (the budget sets each batch then; a task that cannot take one is
+    refused here, before a model is loaded). Returns the new batch size, or None when nothing
+    changed.
 
     Example:
         >>> from types import SimpleNamespace
@@ -193,6 +248,18 @@ def resolve_batch_size(args, task: str, train_examples: int) -> int | None:
     """
     given = getattr(args, "given_fields", None)
     batch = args.per_device_train_batch_size
+    budget = getattr(args, "max_tokens_per_batch", None)
+    if budget:
+        check_token_budget(args, task)
+        overridden = [f"--{name}" for name in ("per_device_train_batch_size", "train_sampling_strategy")]
+        overridden = [flag for flag in overridden if given and flag[2:] in given]
+        if overridden:
+            logger.warning(
+                "%s not used for training: --max_tokens_per_batch %d sets each batch",
+                " and ".join(overridden),
+                budget,
+            )
+        return None
     if (
         not args.auto_batch_size
         or given is None  # built in code, not parsed: the caller chose

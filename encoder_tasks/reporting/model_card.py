@@ -30,6 +30,7 @@ HYPERPARAMETERS = (
     "num_train_epochs",
     "max_steps",
     "per_device_train_batch_size",
+    "max_tokens_per_batch",
     "gradient_accumulation_steps",
     "warmup_steps",
     "weight_decay",

@@ -30,7 +30,10 @@ def load_model(args, settings_skip: tuple[str, ...] = ()):
     from .model import load_bi_encoder
 
     # A saved run, any encoder (mean pooling) or a sentence-transformers folder (its own pooling).
-    return load_for_prediction(args, "embedding", settings_skip, load=load_bi_encoder)
+    # Vectors are the encoder's last layer norm, pooled and normalised: with bf16 weights that
+    # layer would be rounded (norms off by ~6e-4, near-tied neighbours swapping), so the weights
+    # stay fp32 and only the matrix products run in bf16 (autocast).
+    return load_for_prediction(args, "embedding", settings_skip, load=load_bi_encoder, fp32_weights=True)
 
 
 def encode_for(args, model, tokenizer, texts) -> np.ndarray:
