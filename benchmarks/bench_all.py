@@ -396,11 +396,41 @@ def targets_table(found: dict) -> dict:
     }
 
 
+def variants_table(summary: dict) -> dict:
+    """Each toolkit variant against the toolkit's defaults on the VALIDATION metric (how a
+    default is checked without a test split), with its speed ratio; the test metric is left out
+    on purpose (it is in the training table, never used for a choice)."""
+    columns = ["task", "variant", "extra flags", "batch", "validation: defaults", "validation: variant"]
+    columns += ["variant vs defaults", "speed vs defaults"]
+    rows = []
+    for task, by in summary.items():
+        defaults = by.get("toolkit")
+        for contender, entry in by.items():
+            if contender in CONTENDERS or not defaults:
+                continue
+            lower = "perplexity" in str(entry.get("metric_name")) or "loss" in str(entry.get("metric_name"))
+            verdict = compare_metric(entry.get("validation_metric"), defaults.get("validation_metric"), lower)
+            rows.append(
+                [
+                    task,
+                    contender,
+                    shlex.join(entry.get("extra_flags") or []),
+                    f"{_setting(defaults.get('batch_size'))} / {_setting(entry.get('batch_size'))}",
+                    _metric_cell(defaults, "validation_metric"),
+                    _metric_cell(entry, "validation_metric"),
+                    {"higher": "better", "lower": "worse", "equal": "within the spread"}.get(verdict, "-"),
+                    fmt_ratio(speed_ratio(summary, task, contender, "toolkit")),
+                ]
+            )
+    return {"columns": columns, "rows": rows}
+
+
 def build_tables(summary: dict, sizes: dict, found_targets: dict) -> dict:
     return {
         "training": training_table(summary, sizes),
         "time-shares": shares_table(summary),
         "targets": targets_table(found_targets),
+        "variants": variants_table(summary),
     }
 
 

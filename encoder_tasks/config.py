@@ -206,12 +206,45 @@ def build_parser(dataclass_types, prog: str | None = None, description: str | No
             raise UserError(f"{self.prog}: {message}")
 
     parser = Parser(dataclass_types, prog=prog, description=description)
+    _accept_none(parser, dataclass_types)
     parser.add_argument("--config", default=None, help="YAML recipe; its keys are the flags below.")
     if "--debug" not in parser._option_string_actions:  # TrainingArguments has its own --debug
         parser.add_argument(
             "--debug", action="store_true", help="Show tracebacks instead of one-line errors."
         )
     return parser
+
+
+def _accept_none(parser, dataclass_types) -> None:
+    """Let ``none`` set an optional number flag to None (``--head_learning_rate none``), as
+    its help says; argparse alone would read it as a bad number."""
+    optional = {
+        f.name
+        for cls in dataclass_types
+        for f in dataclasses.fields(cls)
+        # HfArgumentParser has already replaced ``float | None`` by ``float`` in f.type
+        if f.default is None or "None" in str(f.type) or "Optional" in str(f.type)
+    }
+    optional |= {name for cls in dataclass_types for name in _optional_annotations(cls)}
+    for action in parser._actions:
+        if action.dest in optional and action.type in (int, float):
+            number = action.type
+
+            def convert(value: str, number=number):
+                return None if value.strip().lower() == "none" else number(value)
+
+            convert.__name__ = number.__name__  # argparse names the type in its error messages
+            action.type = convert
+
+
+def _optional_annotations(cls) -> set[str]:
+    """Fields annotated ``X | None`` (read from the class source annotations, untouched)."""
+    names = set()
+    for klass in cls.__mro__:
+        for name, annotation in getattr(klass, "__annotations__", {}).items():
+            if "None" in str(annotation) or "Optional" in str(annotation):
+                names.add(name)
+    return names
 
 
 def parse_args(dataclass_types, argv: list[str] | None = None, prog: str | None = None, description=None):

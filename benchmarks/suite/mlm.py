@@ -66,7 +66,7 @@ VALIDATION_DOCS = 6
 #: Token budgets (MiniLM tokens, no special tokens) of each split; ``epochs`` over train.
 SIZES = {
     "quick": {"train_tokens": 3000, "validation_tokens": 1000, "test_tokens": 1000, "epochs": 1},
-    "standard": {"train_tokens": 35000, "validation_tokens": 8000, "test_tokens": 8000, "epochs": 1},
+    "standard": {"train_tokens": 12000, "validation_tokens": 5000, "test_tokens": 5000, "epochs": 1},
 }
 #: A top-level heading: `` = Title = `` (a section is `` = = Section = = ``).
 TITLE = re.compile(r"^ = [^=].* = $")

@@ -32,7 +32,7 @@ STOCK_SCRIPT = "run_glue.py"
 DATA_SEED = 0
 SIZES = {
     "quick": {"train": 200, "validation": 200, "test": 200, "epochs": 1},
-    "standard": {"train": 1500, "validation": 1500, "test": 1379, "epochs": 1},
+    "standard": {"train": 1000, "validation": 1500, "test": 1379, "epochs": 1},
 }
 
 STSB = GlueBenchmark(

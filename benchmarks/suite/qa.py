@@ -63,7 +63,7 @@ DATA_SEED = 0
 METRIC = "f1"
 SIZES = {
     "quick": {"train": 16, "validation": 16, "test": 16, "epochs": 1},
-    "standard": {"train": 200, "validation": 100, "test": 200, "epochs": 1},
+    "standard": {"train": 80, "validation": 60, "test": 100, "epochs": 1},
 }
 
 

@@ -237,6 +237,12 @@ def stock_precision(training_args) -> str:
     return "bf16" if training_args.bf16 else "fp32"
 
 
+def _sequential_sampler(dataset):
+    from torch.utils.data import SequentialSampler
+
+    return SequentialSampler(dataset)
+
+
 def train_stock(trainer) -> dict:
     """``trainer.train()`` timed as the toolkit runs are: ``train_seconds``, ``timer``,
     ``tokens`` and the matmul ``peak`` in the trainer's precision (measured before training)."""
@@ -245,6 +251,12 @@ def train_stock(trainer) -> dict:
     cuda = on_gpu() and not trainer.args.use_cpu
     with StepTimer(cuda=cuda) as timer, TokenCounter() as tokens:
         result = trainer.train()
+    # transformers 5 also orders *evaluation* by length when train_sampling_strategy is
+    # group_by_length (Trainer._get_eval_sampler). The example scripts' post-processing reads
+    # predictions in dataset order (run_qa's answer extraction, the word-level NER scoring here),
+    # so a stock-tuned run would score shuffled predictions: evaluate in order, as a user of those
+    # scripts with that switch on has to.
+    trainer._get_eval_sampler = _sequential_sampler
     return {
         "precision": precision,
         "batch_size": trainer.args.per_device_train_batch_size,

@@ -298,7 +298,7 @@ def test_driver_order_partial_resume_and_failures(tmp_path, monkeypatch):
     assert len(data["runs"]) == 20 and sum("error" in r for r in data["runs"]) == 1
     assert data["runs"][1]["log_tail"] == "boom"
     assert data["contenders"]["toolkit-t"] == ["--a", "1"]
-    assert set(data["tables"]) == {"training", "time-shares", "targets"}
+    assert set(data["tables"]) == {"training", "time-shares", "targets", "variants"}
     partial = next(tmp_path.glob("bench_all-training-quick-*.partial.json"))
     assert len(json.loads(partial.read_text())["runs"]) == 20
     # Resume: only the failed run is run again.
@@ -334,3 +334,15 @@ def test_a_variant_can_have_its_own_flags_per_task():
     assert ("ner", "toolkit-tokens", 1) in order
     with pytest.raises(SystemExit):
         bench_all.parse_variants(["toolkit-x@nosuchtask=--a"])
+
+
+def test_variants_are_compared_with_the_defaults_on_validation_data():
+    runs = [fake_run("pair", "toolkit", s, 0.80 + s / 1000, 1000.0) for s in (1, 2, 3)]
+    runs += [
+        fake_run("pair", "toolkit-batch16", s, 0.75 + s / 1000, 1500.0, extra_flags=["--b", "16"])
+        for s in (1, 2, 3)
+    ]
+    table = bench_all.variants_table(bench_all.summarise(runs))
+    (row,) = table["rows"]
+    assert row[:3] == ["pair", "toolkit-batch16", "--b 16"]
+    assert row[6] == "worse" and row[7] == "1.50x"

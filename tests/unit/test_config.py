@@ -156,3 +156,21 @@ def test_batch_size_counts_every_process_and_accumulation():
     built_in_code = args()
     del built_in_code.given_fields  # not parsed: the caller chose 16
     assert resolve_batch_size(built_in_code, "ner", 100) is None
+
+
+def test_none_sets_an_optional_number_flag_to_none():
+    from encoder_tasks.config import DataArguments, ModelArguments, parse_args
+    from encoder_tasks.errors import UserError
+    from encoder_tasks.tasks.ner.args import NerArguments
+
+    base = ["--model_name_or_path", "m", "--train_file", "a.conll"]
+    _, _, ner = parse_args(
+        [ModelArguments, DataArguments, NerArguments], [*base, "--head_learning_rate", "none"]
+    )
+    assert ner.head_learning_rate is None and ner.crf_learning_rate == 1e-2  # "none = --learning_rate"
+    _, _, ner = parse_args(
+        [ModelArguments, DataArguments, NerArguments], [*base, "--crf_learning_rate", "None"]
+    )
+    assert ner.crf_learning_rate is None and ner.head_learning_rate == 1e-3
+    with pytest.raises(UserError, match="invalid float value: 'abc'"):
+        parse_args([ModelArguments, DataArguments, NerArguments], [*base, "--head_learning_rate", "abc"])
