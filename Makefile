@@ -15,8 +15,9 @@ PYTEST_ARGS ?=
 # no data needed; make test-reliability, which .ci/run runs). make test-slow runs the rest of tests/slow.
 RELIABILITY_TESTS := tests/slow/test_resume_kill_points.py tests/slow/test_resume_tasks.py
 # The optional extras the development install has, so no test skips for want of them (tests/conftest.py
-# turns such a skip into a failure): ONNX, plots, search, LoRA, sentence-transformers, jieba, TensorBoard.
-DEV_EXTRAS  := dev,onnx,plots,search,peft,sentence-transformers,chinese,tensorboard
+# turns such a skip into a failure): ONNX, plots, search, LoRA, sentence-transformers, jieba, TensorBoard,
+# the server (FastAPI, uvicorn, httpx; the openai client is in dev) and Ray.
+DEV_EXTRAS  := dev,onnx,plots,search,peft,sentence-transformers,chinese,tensorboard,serve,ray
 
 # Idle OpenMP threads sleep instead of spinning, so they leave the cores to working threads when threads
 # outnumber cores (docs/speed.md); the user's own choice wins.

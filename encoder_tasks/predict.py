@@ -103,6 +103,7 @@ def load_for_prediction(
     settings_skip: tuple[str, ...] = (),
     load: Callable[[str], Any] | None = None,
     fp32_weights: bool = False,
+    check: bool = True,
 ):
     """Check ``args``, load the saved model and its tokenizer, fill unset flags from the saved
     settings, move the model to :func:`inference_device` and, where ``--precision`` computes in
@@ -114,12 +115,14 @@ def load_for_prediction(
     models it did not save (embedding: any encoder, sentence-transformers folders).
     ``fp32_weights`` keeps the encoder's weights in fp32 (autocast alone) where the output is the
     encoder's own last layer, so bf16 weights would round it (embedding vectors).
+    ``check=False`` skips the file checks, for inputs held in memory (:mod:`encoder_tasks.inference`).
     """
     from .backbone import load_tokenizer, resolve_model_path
     from .heads import EncoderWithHead
     from .settings import resolve
 
-    args.check()
+    if check:
+        args.check()
     if args.disable_tqdm:  # every progress bar reads this
         os.environ["ENCODER_TASKS_DISABLE_TQDM"] = "1"
     path = resolve_model_path(args.model_dir)

@@ -12,6 +12,7 @@ One run, hook by hook (``docs/architecture.md`` draws the same flow)::
     evaluate: load model + settings -> settings.resolve (flag > saved > default) -> read_split
               -> derive_splits -> prepare(saved=settings) -> trainer_class(...).evaluate()
     predict:  predict(args)  (built on encoder_tasks.predict: load, device, precision, read, write)
+    serve:    load_for_prediction -> parse_input (per JSON input) -> predict_inputs (micro-batches)
     export:   stock_model(model) for the transformers layout; extra_layouts() for others
 
 Every task package repeats the same file set: ``args.py`` (the user's settings and the saved
@@ -208,6 +209,30 @@ class Task:
     def predict(self, args) -> dict[str, Any]:
         """``encoder-tasks <task> predict``: a saved model over ``args.input_file``, JSON lines out."""
         raise NotImplementedError(f"task {self.name!r} does not implement predict")
+
+    def load_for_inference(self, args, check: bool = True):
+        """``(model, tokenizer)`` for ``predict``, the server and Ray: the saved model on the
+        inference device, ``args`` resolved against its settings (a task that also loads models
+        it did not save overrides this: embedding)."""
+        from .predict import load_for_prediction
+
+        return load_for_prediction(args, self.name, check=check)
+
+    def parse_input(self, record: Any, where: str, settings: TaskSettings) -> dict[str, Any]:
+        """Check one input given as JSON (an HTTP request, a Ray row) against ``settings`` (a pair
+        model needs ``text_pair``) and return it normalised. Raises
+        :class:`encoder_tasks.inputs.InputError` naming ``where`` and the field
+        (:mod:`encoder_tasks.inputs` holds the checks)."""
+        raise NotImplementedError(f"task {self.name!r} does not implement parse_input")
+
+    def predict_inputs(self, model, tokenizer, inputs: list[dict[str, Any]], args) -> list[dict[str, Any]]:
+        """The in-memory core of ``predict``: inputs checked by :meth:`parse_input` in, one record
+        per input out, in input order and in the shape ``predict`` writes (without ``line``).
+
+        ``args`` is the task's ``PredictArguments`` resolved against the model (batch size,
+        precision, the task's own flags). The server and the Ray engine call only this.
+        """
+        raise NotImplementedError(f"task {self.name!r} does not implement predict_inputs")
 
     def extra_actions(self) -> dict[str, tuple[type, Callable[[Any], Any]]]:
         """Actions of the task's own, ``{"encode": (ArgumentsClass, function)}``; the shared

@@ -156,3 +156,11 @@ def resume_reference(tmp_path_factory, tiny_bert):
     reference = root / "reference"
     assert main(resume_argv(tiny_bert, data, reference)) == 0
     return tiny_bert, data, reference
+
+
+@pytest.fixture(scope="session")
+def task_runs(tmp_path_factory, tiny_bert):
+    """``{task: tests.runs.TaskRun}``: one tiny trained run per task (serve, Ray, quantize tests)."""
+    from tests.runs import build_task_runs
+
+    return build_task_runs(tmp_path_factory.mktemp("task-runs"), tiny_bert)

@@ -236,3 +236,22 @@ def complete_checkpoints(out: Path) -> list[str]:
     for name in names:
         assert incomplete_reason(out / name) is None, f"{name} is half-written"
     return names
+
+
+def assert_close_records(found, expected, tolerance: float = 2e-6, where: str = "records") -> None:
+    """``found == expected`` (nested dicts and lists), numbers within ``tolerance``: predictions of
+    the same inputs batched differently differ in the last rounded digit, never in a label."""
+    if isinstance(expected, dict):
+        assert isinstance(found, dict) and found.keys() == expected.keys(), (
+            f"{where}: {found!r} != {expected!r}"
+        )
+        for key in expected:
+            assert_close_records(found[key], expected[key], tolerance, f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(found, list) and len(found) == len(expected), f"{where}: {found!r} != {expected!r}"
+        for i, (a, b) in enumerate(zip(found, expected)):
+            assert_close_records(a, b, tolerance, f"{where}[{i}]")
+    elif isinstance(expected, float) and not isinstance(expected, bool):
+        assert abs(found - expected) <= tolerance, f"{where}: {found} != {expected}"
+    else:
+        assert found == expected, f"{where}: {found!r} != {expected!r}"

@@ -66,6 +66,16 @@ class ClassificationTask(Task):
 
         return predict_file(args, self.name)
 
+    def parse_input(self, record, where, settings):
+        from .predict import parse_input
+
+        return parse_input(record, where, settings)
+
+    def predict_inputs(self, model, tokenizer, inputs, args):
+        from .predict import predict_inputs
+
+        return predict_inputs(model, tokenizer, inputs, args)
+
     def stock_model(self, model):
         from .stock import to_stock
 

@@ -152,6 +152,51 @@ def predict_file(args: ClassificationPredictArguments, task_name: str = "classif
         logger.warning("%d of %d inputs were longer than max_length and were %s", long_count, len(texts), how)
         what += f" ({long_count} long inputs {'windowed' if windowed else 'truncated'})"
     lines = split.dataset["_line"]
-    records = [{"line": line, "text": text, **result} for line, text, result in zip(lines, texts, results)]
+    inputs = (
+        [{"text": t} for t in texts]
+        if pairs is None
+        else [{"text": t, "text_pair": p} for t, p in zip(texts, pairs)]
+    )
+    records = [{"line": line, **record, **result} for line, record, result in zip(lines, inputs, results)]
     write_predictions(args, records, what)
     return {"predictions": len(records), "long_inputs": long_count}
+
+
+def parse_input(record, where: str, settings: ClassificationSettings | None) -> dict:
+    """One JSON input: ``{"text"}``, plus ``"text_pair"`` for a model trained on pairs (required
+    there, refused elsewhere: a second text the model never saw in training would be ignored
+    or misread).
+
+    Example:
+        >>> parse_input({"text": "ok"}, "inputs[0]", ClassificationSettings(label_names=["a", "b"]))
+        {'text': 'ok'}
+    """
+    from ...inputs import InputError, check_record, require_text
+
+    pairs = bool(settings and settings.text_pair_column)
+    check_record(record, where, ("text", "text_pair") if pairs else ("text",))
+    parsed = {"text": require_text(record, "text", where)}
+    if pairs:
+        parsed["text_pair"] = require_text(record, "text_pair", where)
+    elif "text_pair" in record:  # pragma: no cover - check_record refuses it first
+        raise InputError(f"{where}.text_pair", "this model was trained on single texts")
+    return parsed
+
+
+def predict_inputs(model, tokenizer, inputs: list[dict], args: ClassificationPredictArguments) -> list[dict]:
+    """Records as ``predict`` writes them (without ``line``) for checked inputs, in input order."""
+    texts = [r["text"] for r in inputs]
+    pairs = [r["text_pair"] for r in inputs] if inputs and "text_pair" in inputs[0] else None
+    results, _ = predict_texts(
+        model,
+        tokenizer,
+        texts,
+        pairs,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        long_text=args.long_text,
+        stride=args.window_stride,
+        precision=args.precision,
+        disable_tqdm=True,
+    )
+    return [{**r, **result} for r, result in zip(inputs, results)]

@@ -87,6 +87,21 @@ class EmbeddingTask(Task):
     def extra_actions(self):
         return {"encode": (EncodeArguments, _encode), "retrieve": (RetrieveArguments, _retrieve)}
 
+    def load_for_inference(self, args, check=True):
+        from .predict import load_model
+
+        return load_model(args, check=check)
+
+    def parse_input(self, record, where, settings):
+        from .predict import parse_input
+
+        return parse_input(record, where, settings)
+
+    def predict_inputs(self, model, tokenizer, inputs, args):
+        from .predict import predict_inputs
+
+        return predict_inputs(model, tokenizer, inputs, args)
+
     def stock_model(self, model):
         raise UserError(
             "embedding: a bi-encoder has no stock transformers head; use --format sentence-transformers or onnx"

@@ -19,7 +19,7 @@ from .args import EmbeddingPredictArguments
 logger = logging.getLogger(__name__)
 
 
-def load_model(args, settings_skip: tuple[str, ...] = ()):
+def load_model(args, settings_skip: tuple[str, ...] = (), check: bool = True):
     """``(model, tokenizer)`` for predict, encode and retrieve, on the inference device.
 
     Example:
@@ -33,7 +33,9 @@ def load_model(args, settings_skip: tuple[str, ...] = ()):
     # Vectors are the encoder's last layer norm, pooled and normalised: with bf16 weights that
     # layer would be rounded (norms off by ~6e-4, near-tied neighbours swapping), so the weights
     # stay fp32 and only the matrix products run in bf16 (autocast).
-    return load_for_prediction(args, "embedding", settings_skip, load=load_bi_encoder, fp32_weights=True)
+    return load_for_prediction(
+        args, "embedding", settings_skip, load=load_bi_encoder, fp32_weights=True, check=check
+    )
 
 
 def encode_for(args, model, tokenizer, texts) -> np.ndarray:
@@ -70,3 +72,40 @@ def predict_file(args: EmbeddingPredictArguments) -> dict:
     ]
     write_predictions(args, records, what="similarity scores")
     return {"predictions": len(records)}
+
+
+def parse_input(record, where: str, settings=None) -> dict:
+    """One JSON input: ``{"text"}`` (its vector) or ``{"text", "text_pair"}`` (their cosine similarity).
+
+    Example:
+        >>> parse_input({"text": "a", "text_pair": "b"}, "inputs[0]")
+        {'text': 'a', 'text_pair': 'b'}
+    """
+    from ...inputs import check_record, require_text
+
+    check_record(record, where, ("text", "text_pair"))
+    parsed = {"text": require_text(record, "text", where)}
+    pair = require_text(record, "text_pair", where, required=False)
+    if pair is not None:
+        parsed["text_pair"] = pair
+    return parsed
+
+
+def predict_inputs(model, tokenizer, inputs: list[dict], args) -> list[dict]:
+    """``{"text", "embedding"}`` as ``encode`` writes it for a single text, ``{"text",
+    "text_pair", "score"}`` as ``predict`` writes it for a pair; every distinct text encoded once."""
+    from .retrieval import normalize
+
+    unique = list(dict.fromkeys(t for r in inputs for t in (r["text"], r.get("text_pair")) if t is not None))
+    vectors = encode_for(args, model, tokenizer, unique)
+    unit = normalize(vectors)
+    index = {t: i for i, t in enumerate(unique)}
+    records = []
+    for r in inputs:
+        first = index[r["text"]]
+        if "text_pair" in r:
+            score = float(np.dot(unit[first], unit[index[r["text_pair"]]]))
+            records.append({**r, "score": round(score, 6)})
+        else:
+            records.append({**r, "embedding": [round(float(x), 7) for x in vectors[first]]})
+    return records

@@ -104,3 +104,23 @@ def predict_file(args: MLMPredictArguments) -> dict:
     records = [{"line": line, "text": text, "masks": fill} for line, text, fill in zip(lines, texts, fills)]
     count = write_predictions(args, records, what="filled texts")
     return {"predictions": count, "without_mask": without}
+
+
+def parse_input(record, where: str, settings=None) -> dict:
+    """One JSON input: ``{"text"}`` holding ``[MASK]`` (or the tokenizer's own mask token).
+
+    Example:
+        >>> parse_input({"text": "the [MASK] sat"}, "inputs[0]")
+        {'text': 'the [MASK] sat'}
+    """
+    from ...inputs import check_record, require_text
+
+    check_record(record, where, ("text",))
+    return {"text": require_text(record, "text", where)}
+
+
+def predict_inputs(model, tokenizer, inputs: list[dict], args: MLMPredictArguments) -> list[dict]:
+    """``{"text", "masks"}`` per input, as ``predict`` writes them (without ``line``)."""
+    texts = [r["text"] for r in inputs]
+    fills = fill_mask(model, tokenizer, texts, args.top_k, args.batch_size, args.max_length, args.precision)
+    return [{"text": text, "masks": fill} for text, fill in zip(texts, fills)]

@@ -188,6 +188,36 @@ def predict_file(args: NerPredictArguments) -> dict:
     """
     model, tokenizer = load_for_prediction(args, "ner")
     lines, inputs = read_inputs(args, model.settings)
+    records_in = [{"text": item} if isinstance(item, str) else {"tokens": item} for item in inputs]
+    results = predict_inputs(model, tokenizer, records_in, args)
+    records = [{"line": line, **result} for line, result in zip(lines, results)]
+    n_entities = sum(len(r["entities"]) for r in records)
+    write_predictions(args, records, f"predictions ({n_entities} entities)")
+    return {"predictions": len(records), "entities": n_entities}
+
+
+def parse_input(record, where: str, settings: NerSettings | None = None) -> dict:
+    """One JSON input: ``{"text": raw text}`` (cut into words as in training) or
+    ``{"tokens": [words]}`` (pre-tokenised), not both.
+
+    Example:
+        >>> parse_input({"tokens": ["John", "lives"]}, "inputs[0]")
+        {'tokens': ['John', 'lives']}
+    """
+    from ...inputs import InputError, check_record, require_text, require_tokens
+
+    check_record(record, where, ("text", "tokens"))
+    if ("text" in record) == ("tokens" in record):
+        raise InputError(
+            where, f"expected either a 'text' string or a 'tokens' list, found fields {sorted(record)}"
+        )
+    if "text" in record:
+        return {"text": require_text(record, "text", where)}
+    return {"tokens": require_tokens(record, "tokens", where)}
+
+
+def predict_inputs(model, tokenizer, inputs: list[dict], args: NerPredictArguments) -> list[dict]:
+    """Records as ``predict`` writes them (without ``line``), raw texts and token lists mixed."""
     options = {
         "batch_size": args.batch_size,
         "max_length": args.max_length,
@@ -196,11 +226,8 @@ def predict_file(args: NerPredictArguments) -> dict:
     }
     results: list = [None] * len(inputs)
     for kind, run in (("text", predict_texts), ("tokens", predict_tokens)):
-        chosen = [i for i, item in enumerate(inputs) if isinstance(item, str) == (kind == "text")]
+        chosen = [i for i, item in enumerate(inputs) if kind in item]
         if chosen:
-            for i, result in zip(chosen, run(model, tokenizer, [inputs[i] for i in chosen], **options)):
+            for i, result in zip(chosen, run(model, tokenizer, [inputs[i][kind] for i in chosen], **options)):
                 results[i] = result
-    records = [{"line": line, **result} for line, result in zip(lines, results)]
-    n_entities = sum(len(r["entities"]) for r in records)
-    write_predictions(args, records, f"predictions ({n_entities} entities)")
-    return {"predictions": len(records), "entities": n_entities}
+    return results

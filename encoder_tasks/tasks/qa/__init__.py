@@ -72,6 +72,16 @@ class QATask(Task):
 
         return predict_file(args)
 
+    def parse_input(self, record, where, settings):
+        from .predict import parse_input
+
+        return parse_input(record, where, settings)
+
+    def predict_inputs(self, model, tokenizer, inputs, args):
+        from .predict import predict_inputs
+
+        return predict_inputs(model, tokenizer, inputs, args)
+
     def stock_model(self, model):
         from .stock import to_stock
 

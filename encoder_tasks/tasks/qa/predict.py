@@ -109,6 +109,62 @@ def _record(result: dict, top_k: int) -> dict:
     return record
 
 
+def _options(model, args: QAPredictArguments) -> tuple[dict, dict]:
+    """(settings overrides, run options) from ``predict``'s flags."""
+    overrides = {
+        "max_length": args.max_length,
+        "doc_stride": args.doc_stride,
+        "max_answer_length": args.max_answer_length,
+        "null_threshold": args.null_threshold,
+        "n_best": max(args.top_k, (model.settings or QASettings()).n_best),
+    }
+    options = {"batch_size": args.batch_size, "precision": args.precision, "disable_tqdm": args.disable_tqdm}
+    return overrides, options
+
+
+def parse_input(record, where: str, settings: QASettings | None = None) -> dict:
+    """One JSON input: ``{"question", "context"}`` and an optional ``"id"`` (kept in the answer).
+
+    Example:
+        >>> parse_input({"context": "Ann lives in Oslo."}, "inputs[0]")
+        Traceback (most recent call last):
+        ...
+        encoder_tasks.inputs.InputError: inputs[0].question: expected a string, found nothing
+    """
+    from ...inputs import InputError, check_record, require_text
+
+    check_record(record, where, ("id", "question", "context"))
+    parsed = {
+        "question": require_text(record, "question", where),
+        "context": require_text(record, "context", where),
+    }
+    if not parsed["question"].strip():
+        raise InputError(f"{where}.question", "expected a question, found an empty string")
+    if "id" in record:
+        if not isinstance(record["id"], str | int):
+            raise InputError(f"{where}.id", f"expected a string or an integer, found {record['id']!r}")
+        parsed = {"id": record["id"], **parsed}
+    return parsed
+
+
+def predict_inputs(model, tokenizer, inputs: list[dict], args: QAPredictArguments) -> list[dict]:
+    """Answers as ``predict`` writes them (without ``line``; ``id`` where the input had one)."""
+    overrides, options = _options(model, args)
+    options["disable_tqdm"] = True
+    results = predict_answers(
+        model,
+        tokenizer,
+        [r["question"] for r in inputs],
+        [r["context"] for r in inputs],
+        **options,
+        **overrides,
+    )
+    return [
+        {**({"id": r["id"]} if "id" in r else {}), "question": r["question"], **_record(result, args.top_k)}
+        for r, result in zip(inputs, results)
+    ]
+
+
 def predict_file(args: QAPredictArguments) -> dict:
     """Answer every question of ``input_file`` (or the one ``--question``); write JSONL in input order.
 
@@ -127,14 +183,7 @@ def predict_file(args: QAPredictArguments) -> dict:
     from .reading import read_squad
 
     model, tokenizer = load_for_prediction(args, "qa")  # flags left unset: the saved settings
-    overrides = {
-        "max_length": args.max_length,
-        "doc_stride": args.doc_stride,
-        "max_answer_length": args.max_answer_length,
-        "null_threshold": args.null_threshold,
-        "n_best": max(args.top_k, (model.settings or QASettings()).n_best),
-    }
-    options = {"batch_size": args.batch_size, "precision": args.precision, "disable_tqdm": args.disable_tqdm}
+    overrides, options = _options(model, args)
     if args.question is not None:
         result = predict_answers(model, tokenizer, [args.question], [args.context], **options, **overrides)[0]
         record = {"question": args.question, **_record(result, args.top_k)}
