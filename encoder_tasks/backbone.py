@@ -85,6 +85,32 @@ def load_config(name_or_path: str, **kwargs):
         raise UserError(f"model {name_or_path!r} could not be loaded: {_first_line(exc)}") from exc
 
 
+#: Families whose position ids start after the padding index (``padding_idx + 1``), so
+#: ``max_position_embeddings`` holds that many fewer usable positions.
+_PADDING_OFFSET_FAMILIES = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text")
+
+
+def position_limit(config) -> int | None:
+    """The longest input, in tokens, the encoder's position embeddings cover (``None``: no limit,
+    e.g. DeBERTa's relative positions without absolute ones).
+
+    Example:
+        >>> from transformers import BertConfig, RobertaConfig
+        >>> position_limit(BertConfig(max_position_embeddings=128))
+        128
+        >>> position_limit(RobertaConfig(max_position_embeddings=514, pad_token_id=1))
+        512
+    """
+    if getattr(config, "position_biased_input", True) is False:
+        return None
+    limit = getattr(config, "max_position_embeddings", None)
+    if not limit:
+        return None
+    if config.model_type in _PADDING_OFFSET_FAMILIES:
+        limit -= (config.pad_token_id or 0) + 1
+    return int(limit)
+
+
 def load_encoder(name_or_path: str, **kwargs):
     """Load the bare encoder (``AutoModel``) with its pretrained weights.
 

@@ -20,20 +20,24 @@ import sys  # noqa: E402
 from .errors import UserError  # noqa: E402
 from .registry import TASKS  # noqa: E402
 
-ACTIONS = ("train", "evaluate", "predict", "search")
+ACTIONS = ("train", "evaluate", "predict", "search", "distill")
 TOOLS = {
     "recipes": ("encoder_tasks.recipes", "main"),
     "export": ("encoder_tasks.export", "main"),
     "plot": ("encoder_tasks.reporting.plots", "main"),
+    "serve": ("encoder_tasks.serving.cli", "main"),
+    "quantize": ("encoder_tasks.quantization", "main"),
 }
 
 
 def _usage() -> str:
     lines = [
-        "usage: encoder-tasks <task> {train,evaluate,predict,search} [--config RECIPE.yaml] [--flag value ...]",
+        "usage: encoder-tasks <task> {train,evaluate,predict,search,distill} [--config RECIPE.yaml] [--flag value ...]",
         "       encoder-tasks recipes [ls [TASK] | cp NAME DEST | validate FILE]",
         "       encoder-tasks export RUN_DIR DEST [--format auto|transformers|sentence-transformers|onnx]",
         "       encoder-tasks plot RUN_DIR",
+        "       encoder-tasks serve RUN_DIR [NAME=RUN_DIR ...] [--host 127.0.0.1] [--port 8080]",
+        "       encoder-tasks quantize RUN_DIR DEST [--validation_file FILE]",
         "",
         "tasks:",
     ]
@@ -53,7 +57,7 @@ def _run(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
-    if argv[0] in TOOLS:  # commands that are not a task: recipes, export, plot
+    if argv[0] in TOOLS:  # commands that are not a task: recipes, export, plot, serve, quantize
         module_name, function = TOOLS[argv[0]]
         return getattr(importlib.import_module(module_name), function)(argv[1:])
     task_name, rest = argv[0], argv[1:]
@@ -70,13 +74,25 @@ def _run(argv: list[str]) -> int:
     from .config import DataArguments, ModelArguments, parse_args
 
     if action in own_actions:
+        from .config import PredictArguments
+
         arguments_class, function = own_actions[action]
         (action_args,) = parse_args([arguments_class], flags, prog=prog)
-        function(action_args)
+        if isinstance(action_args, PredictArguments) and action_args.check_engine() == "ray":
+            from .engines import run_on_ray  # embedding encode on a Ray cluster
+
+            run_on_ray(task, action, action_args)
+        else:
+            function(action_args)
         return 0
     if action == "predict":
         (predict_args,) = parse_args([task.PredictArguments], flags, prog=prog)
-        task.predict(predict_args)
+        if predict_args.check_engine() == "ray":
+            from .engines import predict_on_ray  # an actor pool of replicas over the streamed input
+
+            predict_on_ray(task, predict_args)
+        else:
+            task.predict(predict_args)
         return 0
     if action == "search":
         from .hpo import main as search_main
@@ -91,6 +107,18 @@ def _run(argv: list[str]) -> int:
             return 0
     from . import run
     from .training_args import EncoderTrainingArguments
+
+    if action == "distill":
+        from .distillation import DistillArguments
+        from .distillation.run import distill
+
+        model_args, data_args, task_args, distill_args, training_args = parse_args(
+            [ModelArguments, DataArguments, task.Arguments, DistillArguments, EncoderTrainingArguments],
+            flags,
+            prog=prog,
+        )
+        distill(task_name, model_args, data_args, task_args, distill_args, training_args)
+        return 0
 
     model_args, data_args, task_args, training_args = parse_args(
         [ModelArguments, DataArguments, task.Arguments, EncoderTrainingArguments], flags, prog=prog

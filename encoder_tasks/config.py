@@ -306,6 +306,10 @@ def dataclass_to_dict(obj) -> dict:
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
+#: Where ``predict`` and ``embedding encode`` run: ``local`` (this process) or ``ray`` (:mod:`encoder_tasks.engines`).
+ENGINES = ("local", "ray")
+
+
 @dataclass
 class PredictArguments:
     """Run a saved model over a file and write one JSON line per input, in input order."""
@@ -339,6 +343,60 @@ class PredictArguments:
         default=False,
         metadata={"help": "Hide the progress bar (it is hidden anyway when stderr is not a terminal)."},
     )
+    engine: str = field(
+        default="local",
+        metadata={
+            "help": "local (this process) or ray: an actor pool of model replicas on Ray Data over the streamed "
+            "input (a file, a folder or a glob of them); see docs/batch-inference.md."
+        },
+    )
+    ray_address: str | None = field(
+        default=None,
+        metadata={
+            "help": "Ray cluster for --engine ray: ray://HEAD:10001 (Ray Client) or HEAD:6379 (default: "
+            "$RAY_ADDRESS, else a Ray instance started on this machine for the run)."
+        },
+    )
+    ray_workers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Model replicas (Ray actors) for --engine ray, each one copy of the model (default: as many "
+            "as the cluster's GPUs, or its CPUs less one for reading, hold at --ray_*_per_worker)."
+        },
+    )
+    ray_batch_size: int = field(
+        default=1024,
+        metadata={"help": "Rows handed to a replica per call (it predicts them in --batch_size batches)."},
+    )
+    ray_cpus_per_worker: float = field(default=1.0, metadata={"help": "CPUs each replica reserves."})
+    ray_gpus_per_worker: float = field(
+        default=0.0, metadata={"help": "GPUs each replica reserves (0: replicas run on CPU)."}
+    )
+
+    def check_engine(self) -> str:
+        """The engine chosen (``local`` or ``ray``), its flags checked; Ray's flags without
+        ``--engine ray`` are refused rather than ignored.
+
+        Example:
+            >>> PredictArguments(engine="spark").check_engine()
+            Traceback (most recent call last):
+            ...
+            encoder_tasks.errors.UserError: --engine must be one of local, ray, found 'spark'
+        """
+        from .errors import check_choice
+        from .settings import given_fields
+
+        check_choice("engine", self.engine, ENGINES)
+        ray_flags = sorted(name for name in given_fields(self) if name.startswith("ray_"))
+        if self.engine != "ray" and ray_flags:
+            raise UserError(f"--{ray_flags[0]} applies to --engine ray only")
+        for name in ("ray_workers", "ray_batch_size"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise UserError(f"--{name} must be at least 1, found {getattr(self, name)}")
+        for name in ("ray_cpus_per_worker", "ray_gpus_per_worker"):
+            if getattr(self, name) < 0:
+                raise UserError(f"--{name} must not be negative, found {getattr(self, name)}")
+        return self.engine
 
     def read_input(self, reader=None):
         """Read ``input_file`` with this command's table settings (``reader`` for task formats)."""

@@ -10,6 +10,10 @@ A saved model directory holds
 - ``encoder_tasks.json``: the task, the head class and the task's typed settings
   (:class:`~encoder_tasks.task.TaskSettings`, format 2; format 1 still loads),
 - the tokenizer files.
+
+An int8 model (``encoder-tasks quantize``, :mod:`encoder_tasks.quantization`) is the same
+directory: its settings list the int8 layers (key ``quantization``), and
+:meth:`EncoderWithHead.from_pretrained` swaps them in before the weights load.
 """
 
 from __future__ import annotations
@@ -228,6 +232,11 @@ class EncoderWithHead(nn.Module):
         if cls is not EncoderWithHead and not isinstance(model, cls):
             raise UserError(f"{path} holds a {metadata.get('task')!r} model, not a {cls.task!r} model")
         model.settings = settings
+        quantization = settings.get("quantization")
+        if quantization:  # written by `encoder-tasks quantize`: int8 layers load into their places
+            from .quantization.int8 import int8_skeleton
+
+            int8_skeleton(model, quantization, f"{path}/{TASK_FILE}")
         model.load_weights(path)
         model.eval()
         return model
@@ -250,7 +259,13 @@ class EncoderWithHead(nn.Module):
     @staticmethod
     def load_encoder_from_run(path: str | os.PathLike) -> nn.Module:
         """Return the fine-tuned encoder of a saved run, to start another task from it."""
-        return EncoderWithHead.from_pretrained(path).encoder.train()
+        model = EncoderWithHead.from_pretrained(path)
+        if model.settings.get("quantization"):
+            raise UserError(
+                f"{path} is an int8 model (encoder-tasks quantize), which cannot be trained further; "
+                f"start from the fp32 run it was quantized from ({model.settings.get('quantization').get('source')})"
+            )
+        return model.encoder.train()
 
 
 def _is_tied_copy(model: nn.Module, name: str, state: dict) -> bool:

@@ -87,11 +87,93 @@ class Predictor:
             raise InputError(where, f"expected a list of input objects, found {type(records).__name__}")
         return [self.task.parse_input(r, f"{where}[{i}]", self.settings) for i, r in enumerate(records)]
 
-    def predict(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Records for inputs already checked by :meth:`parse` (input order)."""
+    def predict(self, inputs: list[dict[str, Any]], **overrides: Any) -> list[dict[str, Any]]:
+        """Records for inputs already checked by :meth:`parse` (input order); ``overrides``
+        replace predict flags for this call only (``top_k=3``; see :meth:`check_overrides`)."""
         if not inputs:
             return []
-        return self.task.predict_inputs(self.model, self.tokenizer, inputs, self.args)
+        args = dataclasses.replace(self.args, **overrides) if overrides else self.args
+        if overrides:  # replace() builds a new object: keep the record of what was given
+            object.__setattr__(
+                args, "given_fields", frozenset(getattr(self.args, "given_fields", ())) | set(overrides)
+            )
+        return self.task.predict_inputs(self.model, self.tokenizer, inputs, args)
+
+    #: Flags a single call may not change: they fix the loaded model or how it was loaded.
+    FIXED_FLAGS = frozenset(
+        {
+            "model_dir",
+            "input_file",
+            "output_file",
+            "overwrite_output",
+            "delimiter",
+            "column_names",
+            "encoding",
+            "precision",
+            "disable_tqdm",
+            "batch_size",
+            "engine",
+        }
+    )
+
+    def _check_max_length(self, value: int, where: str) -> None:
+        from .backbone import position_limit
+
+        limit = position_limit(self.model.config) if hasattr(self.model, "config") else None
+        if value < 8 or (limit is not None and value > limit):
+            expected = f"8 to {limit}" if limit is not None else "at least 8"
+            raise InputError(where, f"expected {expected} tokens (the encoder's positions), found {value}")
+
+    #: Flags that say how to read an input file (no file is read here).
+    FILE_FLAGS = frozenset({"question", "context", "input_format"})
+
+    def check_overrides(self, overrides: Any, where: str = "parameters") -> dict[str, Any]:
+        """Refuse per-call flags that do not exist, are fixed at load, or have the wrong type.
+
+        Example:
+            >>> Predictor.load("runs/qa").check_overrides({"top_k": "3"})  # doctest: +SKIP
+            Traceback (most recent call last):
+            ...
+            encoder_tasks.inputs.InputError: parameters.top_k: expected an integer, found '3'
+        """
+        if not isinstance(overrides, dict):
+            raise InputError(where, f"expected an object of predict flags, found {type(overrides).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(self.args)}
+        # Columns and file formats describe files, not JSON inputs; the rest fix the loaded model.
+        allowed = sorted(
+            name
+            for name in fields
+            if name not in self.FIXED_FLAGS
+            and name not in self.FILE_FLAGS
+            and not name.endswith("_column")
+            and not name.startswith("ray_")  # where a batch job runs, not how an input is read
+        )
+        checked = {}
+        for name, value in overrides.items():
+            if name not in allowed:
+                raise InputError(
+                    f"{where}.{name}", f"not a flag a request may set; expected one of {', '.join(allowed)}"
+                )
+            kind = _flag_type(fields[name])
+            wrong = (
+                (kind is bool and not isinstance(value, bool))
+                or (kind is int and (isinstance(value, bool) or not isinstance(value, int)))
+                or (kind is float and (isinstance(value, bool) or not isinstance(value, int | float)))
+                or (kind is str and not isinstance(value, str))
+            )
+            if wrong:
+                names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+                raise InputError(f"{where}.{name}", f"expected {names[kind]}, found {value!r}")
+            checked[name] = value
+        if "max_length" in checked:
+            self._check_max_length(checked["max_length"], f"{where}.max_length")
+        if checked:
+            # The task's own checks (choices, ranges) run on the replaced arguments.
+            try:
+                dataclasses.replace(self.args, **checked)
+            except UserError as error:
+                raise InputError(where, str(error)) from None
+        return checked
 
     def __call__(self, records: Any) -> list[dict[str, Any]]:
         return self.predict(self.parse(records))
@@ -104,3 +186,14 @@ class Predictor:
             ids = self.tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
             counts.append(sum(len(x) for x in ids))
         return counts
+
+
+def _flag_type(field: dataclasses.Field) -> type:
+    """The value type of a flag (``int | None`` -> ``int``), from its annotation."""
+    annotation = str(field.type)
+    for kind in (bool, int, float, str):
+        if kind.__name__ in annotation.replace("None", "").split("|")[0].strip() or annotation.startswith(
+            kind.__name__
+        ):
+            return kind
+    return str

@@ -77,7 +77,7 @@ def cast_encoder_for_inference(model, precision: str = "auto"):
         (torch.bfloat16, torch.float32)
     """
     encoder = getattr(model, "encoder", None)
-    if isinstance(encoder, torch.nn.Module):
+    if isinstance(encoder, torch.nn.Module) and not _is_int8(model):  # int8: fp32 around int8 kernels
         device = next(encoder.parameters()).device
         if uses_bf16(device, precision):
             encoder.to(torch.bfloat16)
@@ -116,6 +116,8 @@ def load_for_prediction(
     ``fp32_weights`` keeps the encoder's weights in fp32 (autocast alone) where the output is the
     encoder's own last layer, so bf16 weights would round it (embedding vectors).
     ``check=False`` skips the file checks, for inputs held in memory (:mod:`encoder_tasks.inference`).
+    An int8 model (``encoder-tasks quantize``) stays on the CPU in fp32 around its int8 layers:
+    ``--precision auto`` becomes ``fp32`` for it and ``bf16`` is refused.
     """
     from .backbone import load_tokenizer, resolve_model_path
     from .heads import EncoderWithHead
@@ -133,10 +135,37 @@ def load_for_prediction(
         )
     resolve(args, model.settings, skip=settings_skip)
     tokenizer = load_tokenizer(path)
+    if _is_int8(model):
+        _int8_precision(args)
+        return model.cpu(), tokenizer  # its int8 kernels are CPU kernels
     model.to(inference_device())
     if not fp32_weights:
         cast_encoder_for_inference(model, getattr(args, "precision", "auto"))
     return model, tokenizer
+
+
+def _is_int8(model) -> bool:
+    from .quantization.int8 import is_int8
+
+    return is_int8(model)
+
+
+def _int8_precision(args) -> None:
+    """An int8 model computes in fp32 around its int8 matrix products: ``--precision auto``
+    means fp32 for it (no bf16 autocast), and ``bf16`` is refused."""
+    precision = getattr(args, "precision", "auto")
+    check_choice("precision", precision, PRECISIONS)
+    if precision == "bf16":
+        raise UserError(
+            f"--precision bf16: {args.model_dir} is an int8 model (encoder-tasks quantize), which computes "
+            "in fp32 around its int8 matrix products; use --precision auto or fp32, or predict with the "
+            "fp32 run in bf16"
+        )
+    if precision == "auto":
+        object.__setattr__(args, "precision", "fp32")
+        logger.info(
+            "%s is an int8 model: predicting in fp32 around its int8 layers, on the CPU", args.model_dir
+        )
 
 
 def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:

@@ -99,6 +99,27 @@ class TrainingSetup:
     model_init: Callable[..., Any]
 
 
+def fit_max_length(data_args, model_args) -> None:
+    """Keep ``--max_length`` within the encoder's positions: the default is lowered to fit (the
+    saved setting then fits every later ``predict`` and ``serve``); a value the user gave that
+    does not fit is refused, before any work."""
+    from .backbone import load_config, position_limit
+    from .settings import given_fields
+
+    limit = position_limit(
+        load_config(model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code)
+    )
+    if limit is None or data_args.max_length <= limit:
+        return
+    if "max_length" in given_fields(data_args):
+        raise UserError(
+            f"--max_length {data_args.max_length} is longer than the {limit} positions of "
+            f"{model_args.model_name_or_path}; choose at most {limit}"
+        )
+    logger.info("max_length %d -> %d: the encoder has %d positions", data_args.max_length, limit, limit)
+    object.__setattr__(data_args, "max_length", limit)
+
+
 def build_training(task: Task, model_args, data_args, task_args, training_args) -> TrainingSetup:
     """Data, settings and the model factory of a training run: shared by train and search."""
     from transformers import set_seed
@@ -115,6 +136,7 @@ def build_training(task: Task, model_args, data_args, task_args, training_args) 
         model_args.tokenizer_name or model_args.model_name_or_path,
         trust_remote_code=model_args.trust_remote_code,
     )
+    fit_max_length(data_args, model_args)
     splits = load_task_splits(task, data_args, task_args, ("train",), training_args.seed)
     prepared = task.prepare(splits, tokenizer, task_args, data_args)
     prepared.settings = prepared.settings.replace(base_model=model_args.model_name_or_path)
@@ -139,12 +161,14 @@ def build_training(task: Task, model_args, data_args, task_args, training_args) 
 
 
 # ---- actions ----------------------------------------------------------------------------------
-def train(task_name: str, model_args, data_args, task_args, training_args) -> dict:
+def train(task_name: str | Task, model_args, data_args, task_args, training_args) -> dict:
     """Fine-tune ``model_args.model_name_or_path`` on a task; returns the final metrics.
 
     Example:
         >>> from encoder_tasks.run import train  # doctest: +SKIP
         >>> train("classification", model_args, data_args, task_args, training_args)  # doctest: +SKIP
+
+    ``task_name`` is a registered name or a :class:`~encoder_tasks.task.Task` object.
     """
     from transformers import set_seed
 
@@ -153,7 +177,9 @@ def train(task_name: str, model_args, data_args, task_args, training_args) -> di
     from .reporting.run_report import report_run
     from .reporting.tracking import JsonLinesLogger, PredictionRecorder
 
-    task = TASKS[task_name]
+    # A Task object trains as itself (distillation wraps the registered task's hooks).
+    task = task_name if isinstance(task_name, Task) else TASKS[task_name]
+    task_name = task.name
     check_output_dir(training_args)
     resume_from = find_resume_checkpoint(training_args) if training_args.resume else None
     setup = build_training(task, model_args, data_args, task_args, training_args)
@@ -237,6 +263,9 @@ def evaluate(task_name: str, model_args, data_args, task_args, training_args) ->
             f"{model_dir} holds a {model.task!r} model; use `encoder-tasks {model.task} evaluate`"
         )
     resolve_all([data_args, task_args], model.settings)
+    if model.settings is not None and model.settings.get("quantization"):
+        # An int8 model computes in fp32 around its int8 products, as predict runs it.
+        training_args.bf16 = training_args.fp16 = False
     tokenizer = load_tokenizer(model_dir)
     splits = load_task_splits(task, data_args, task_args, ("validation",), training_args.seed)
     splits.pop("train", None)

@@ -12,7 +12,10 @@ One run, hook by hook (``docs/architecture.md`` draws the same flow)::
     evaluate: load model + settings -> settings.resolve (flag > saved > default) -> read_split
               -> derive_splits -> prepare(saved=settings) -> trainer_class(...).evaluate()
     predict:  predict(args)  (built on encoder_tasks.predict: load, device, precision, read, write)
+    distill:  train's flow with the teacher's settings; distiller() says what is distilled and how
     serve:    load_for_prediction -> parse_input (per JSON input) -> predict_inputs (micro-batches)
+    ray:      input_settings -> input_format (per file) -> streamed rows, or read_input_split
+              -> input_records -> (replicas) parse_input -> predict_inputs
     export:   stock_model(model) for the transformers layout; extra_layouts() for others
 
 Every task package repeats the same file set: ``args.py`` (the user's settings and the saved
@@ -233,6 +236,56 @@ class Task:
         precision, the task's own flags). The server and the Ray engine call only this.
         """
         raise NotImplementedError(f"task {self.name!r} does not implement predict_inputs")
+
+    def distiller(self):
+        """What ``<task> distill`` makes the student match of the teacher's outputs, and how: an
+        :class:`encoder_tasks.distillation.Distiller` (the task's ``distill.py``)."""
+        raise UserError(f"{self.name}: distillation is not supported for this task")
+
+    # ---- batch inference over files (``--engine ray``: :mod:`encoder_tasks.engines`) -----------
+    def input_settings(self, args) -> TaskSettings | None:
+        """Fill the file flags of ``args`` left unset (columns) from the saved settings, without
+        loading the model (the driver of a Ray run reads files, the replicas hold the model);
+        returns the saved settings, ``None`` for a model saved elsewhere."""
+        from .backbone import resolve_model_path
+        from .settings import read_saved_settings, resolve
+
+        _, settings = read_saved_settings(resolve_model_path(args.model_dir))
+        if settings is not None:
+            resolve(args, settings)
+        return settings
+
+    def input_format(self, path, args) -> str | None:
+        """How one input file streams, by the rows ``predict`` reads from it: ``"table"``
+        (CSV/TSV, a header row), ``"jsonl"`` (one object per line) or ``"lines"`` (one text per
+        non-blank line, as column ``text``); ``None`` for a format of the task's own, read whole
+        on the driver by :meth:`read_input_split`."""
+        from pathlib import Path
+
+        from .data.readers import JSONL_SUFFIXES, TABLE_SUFFIXES
+
+        suffix = Path(path).suffix.lower()
+        if suffix in JSONL_SUFFIXES:
+            return "jsonl"
+        return "table" if suffix in TABLE_SUFFIXES or suffix == "" else None
+
+    def input_records(
+        self, split: Split, args, settings: TaskSettings | None, first_index: int = 0
+    ) -> list[dict]:
+        """The JSON input records (what :meth:`parse_input` checks) of the rows of ``split`` (rows
+        of ``args.input_file`` with their ``_line``; ``first_index``: the first row's place in
+        its file), read as ``predict`` reads them: the same columns, the same checks and messages."""
+        raise UserError(
+            f"{self.name}: --engine ray is not supported for this task (it reads no input records)"
+        )
+
+    def read_input_split(self, args, settings: TaskSettings | None) -> Split:
+        """A whole ``args.input_file`` in a format of the task's own (:meth:`input_format` is
+        ``None``: CoNLL, SQuAD JSON, a ``save_to_disk`` folder), read on the driver as ``predict``
+        reads it; :meth:`input_records` makes its rows inputs."""
+        from .data import Split
+
+        return Split("predict", args.input_file, args.read_input(self.read_split))
 
     def extra_actions(self) -> dict[str, tuple[type, Callable[[Any], Any]]]:
         """Actions of the task's own, ``{"encode": (ArgumentsClass, function)}``; the shared

@@ -68,16 +68,22 @@ def pytest_collection_modifyitems(config, items):
 #: search, peft, sentence-transformers, chinese, tensorboard): a test may not skip for want of them.
 REQUIRED_MODULES = frozenset(
     {
+        "bm25s",
+        "fastapi",
+        "httpx",
         "hypothesis",
         "jieba",
         "matplotlib",
         "onnx",
         "onnxruntime",
         "onnxscript",
+        "openai",
         "optuna",
         "peft",
+        "ray",
         "sentence_transformers",
         "tensorboard",
+        "uvicorn",
     }
 )
 ALLOW_MISSING = "ENCODER_TASKS_ALLOW_MISSING"

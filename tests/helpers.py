@@ -255,3 +255,20 @@ def assert_close_records(found, expected, tolerance: float = 2e-6, where: str = 
         assert abs(found - expected) <= tolerance, f"{where}: {found} != {expected}"
     else:
         assert found == expected, f"{where}: {found!r} != {expected!r}"
+
+
+def cli_records(run, tmp_path: Path, *flags: str) -> list[dict]:
+    """What the command line writes for a ``tests.runs.TaskRun``'s predict file at fp32, without
+    ``line``: ``predict`` (``encode`` for embedding, whose ``predict`` scores pairs)."""
+    flags = ("--precision", "fp32", *flags)
+    if run.task == "embedding":
+        from encoder_tasks.cli import main
+
+        out = tmp_path / "vectors.jsonl"
+        assert (
+            main(predict_argv("embedding", run.model_dir, run.predict_file, out, *flags, action="encode"))
+            == 0
+        )
+        return [{k: v for k, v in r.items() if k != "id"} for r in read_jsonl(out)]
+    records = run_predict(run.task, run.model_dir, run.predict_file, tmp_path / "out.jsonl", *flags)
+    return [{k: v for k, v in r.items() if k != "line"} for r in records]

@@ -6,25 +6,9 @@ import pytest
 from encoder_tasks.errors import UserError
 from encoder_tasks.inference import Predictor, task_of
 from encoder_tasks.inputs import InputError
-from tests.helpers import assert_close_records, read_jsonl, run_predict
+from tests.helpers import assert_close_records, cli_records
 
 TASKS = ["classification", "pair", "ner", "qa", "embedding", "mlm"]
-
-
-def _cli_records(run, tmp_path) -> list[dict]:
-    flags = ["--precision", "fp32"]
-    if run.task == "embedding":  # vectors: encode; predict scores pairs
-        from encoder_tasks.cli import main
-        from tests.helpers import predict_argv
-
-        out = tmp_path / "vectors.jsonl"
-        assert (
-            main(predict_argv("embedding", run.model_dir, run.predict_file, out, *flags, action="encode"))
-            == 0
-        )
-        return [{k: v for k, v in r.items() if k != "id"} for r in read_jsonl(out)]
-    records = run_predict(run.task, run.model_dir, run.predict_file, tmp_path / "out.jsonl", *flags)
-    return [{k: v for k, v in r.items() if k != "line"} for r in records]
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -33,7 +17,7 @@ def test_predictor_gives_the_records_predict_writes(task_runs, tmp_path, task):
     predictor = Predictor.load(run.model_dir, precision="fp32")
     assert predictor.task.name == task == task_of(run.model_dir)
     found = predictor(run.records)
-    expected = _cli_records(run, tmp_path)
+    expected = cli_records(run, tmp_path)
     assert len(found) == len(expected) == len(run.records)
     assert_close_records(found, expected)
 

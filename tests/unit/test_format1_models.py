@@ -154,10 +154,20 @@ def test_format1_model_loads_with_typed_settings(task, tmp_path):
             assert _plain(settings.get(key)) == value, (key, settings.get(key), value)
 
 
+#: Fields ``predict`` writes now that the old code did not (the prediction is the same): a pair
+#: model's records echo the second text since the server and ``predict`` share their records.
+ADDED_FIELDS = {"pair": {"text_pair"}}
+
+
+def _old_fields(task: str, records: list[dict]) -> list[dict]:
+    added = ADDED_FIELDS.get(task, set())
+    return [{k: v for k, v in record.items() if k not in added} for record in records]
+
+
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_format1_model_predicts_what_the_old_code_predicted(task, tmp_path):
     found = _predict(task, _fixture(task, tmp_path), tmp_path)
-    _assert_close(found, _expected(task), f"{task} predictions")
+    _assert_close(_old_fields(task, found), _expected(task), f"{task} predictions")
 
 
 @pytest.mark.parametrize("task", TASK_NAMES)
@@ -178,4 +188,4 @@ def test_resaving_a_format1_model_writes_format2(task, tmp_path):
     assert all(before[k].equal(after[k]) for k in before)
     # The head built from format-2 settings is the one format 1 described: same predictions.
     found = _predict(task, model_dir, tmp_path, "resaved.jsonl")
-    _assert_close(found, _expected(task), f"{task} predictions after re-saving")
+    _assert_close(_old_fields(task, found), _expected(task), f"{task} predictions after re-saving")

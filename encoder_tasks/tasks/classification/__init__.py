@@ -76,6 +76,22 @@ class ClassificationTask(Task):
 
         return predict_inputs(model, tokenizer, inputs, args)
 
+    def distiller(self):
+        from .distill import ClassificationDistiller
+
+        return ClassificationDistiller()
+
+    def input_records(self, split, args, settings, first_index=0):
+        """``{"text"}`` (and ``"text_pair"``) from the columns ``predict`` reads (as in training)."""
+        from ...data import resolve_column
+        from ...data.columns import column_texts
+
+        texts = column_texts(split, resolve_column(split, args.text_column or "text", "text"))
+        pair_column = resolve_column(split, args.text_pair_column, "text_pair")
+        if pair_column is None:
+            return [{"text": t} for t in texts]
+        return [{"text": t, "text_pair": p} for t, p in zip(texts, column_texts(split, pair_column))]
+
     def stock_model(self, model):
         from .stock import to_stock
 

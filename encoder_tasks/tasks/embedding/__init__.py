@@ -19,7 +19,7 @@ Only the light ``args`` module is imported here; the hooks import the rest when 
 Example:
     >>> task = EmbeddingTask()
     >>> task.name, sorted(task.extra_actions())
-    ('embedding', ['encode', 'retrieve'])
+    ('embedding', ['encode', 'mine', 'retrieve'])
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .args import (
     EmbeddingPredictArguments,
     EmbeddingSettings,
     EncodeArguments,
+    MineArguments,
     RetrieveArguments,
 )
 
@@ -39,6 +40,12 @@ def _encode(args: EncodeArguments) -> dict:
     from .search import encode_file
 
     return encode_file(args)
+
+
+def _mine(args: MineArguments) -> dict:
+    from .mining import mine_file
+
+    return mine_file(args)
 
 
 def _retrieve(args: RetrieveArguments) -> dict:
@@ -85,7 +92,11 @@ class EmbeddingTask(Task):
         return predict_file(args)
 
     def extra_actions(self):
-        return {"encode": (EncodeArguments, _encode), "retrieve": (RetrieveArguments, _retrieve)}
+        return {
+            "encode": (EncodeArguments, _encode),
+            "mine": (MineArguments, _mine),
+            "retrieve": (RetrieveArguments, _retrieve),
+        }
 
     def load_for_inference(self, args, check=True):
         from .predict import load_model
@@ -101,6 +112,34 @@ class EmbeddingTask(Task):
         from .predict import predict_inputs
 
         return predict_inputs(model, tokenizer, inputs, args)
+
+    def distiller(self):
+        from .distill import EmbeddingDistiller
+
+        return EmbeddingDistiller()
+
+    def input_settings(self, args):
+        """As the base hook; ``encode``'s ``--text_column`` names the corpus' column, never the
+        training one (the same skip as ``encode`` itself)."""
+        from ...backbone import resolve_model_path
+        from ...settings import read_saved_settings, resolve
+        from .search import _NOT_SAVED
+
+        _, settings = read_saved_settings(resolve_model_path(args.model_dir))
+        if settings is not None:
+            resolve(args, settings, skip=_NOT_SAVED if isinstance(args, EncodeArguments) else ())
+        return settings
+
+    def input_records(self, split, args, settings, first_index=0):
+        """``{"text", "text_pair"}`` for ``predict`` (cosine similarity), ``{"text"}`` for ``encode``."""
+        from ...data import resolve_column
+        from ...data.columns import column_texts
+
+        first = column_texts(split, resolve_column(split, args.text_column, "text"))
+        if isinstance(args, EncodeArguments):
+            return [{"text": t} for t in first]
+        second = column_texts(split, resolve_column(split, args.text_pair_column, "text_pair"))
+        return [{"text": a, "text_pair": b} for a, b in zip(first, second)]
 
     def stock_model(self, model):
         raise UserError(

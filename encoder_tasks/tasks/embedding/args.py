@@ -32,6 +32,12 @@ SAMPLERS = ("no_duplicates", "random")
 POOLINGS = ("cls", "mean", "max")
 #: Where ``encode`` writes vectors: ``.npy`` (with an ``.ids.json`` beside it) or JSON lines.
 OUTPUT_SUFFIXES = (".npy", ".jsonl")
+#: Indexes ``retrieve --index`` searches: float32, int8 (4x smaller) or binary (32x smaller).
+INDEXES = ("float", "int8", "binary")
+#: Where ``mine`` takes its candidates from.
+CANDIDATE_SOURCES = ("model", "bm25", "both")
+MINE_FORMATS = ("n-tuple", "labeled-pair")
+SAMPLINGS = ("top", "random")
 
 
 def parse_ks(text: str) -> list[int]:
@@ -48,6 +54,25 @@ def parse_ks(text: str) -> list[int]:
     if not ks or ks[0] < 1:
         raise UserError(f"--retrieval_k: cut-offs must be positive, found {text!r}")
     return ks
+
+
+def parse_dims(value, flag: str = "--matryoshka_dims") -> list[int] | None:
+    """Matryoshka sizes (``"64,128,256"`` or a saved list), sorted and distinct; ``None`` when unset.
+
+    Example:
+        >>> parse_dims("256, 64,128"), parse_dims([64, 128]), parse_dims(None)
+        ([64, 128, 256], [64, 128], None)
+    """
+    if value in (None, "", "none") or value == []:
+        return None
+    parts = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    try:
+        dims = sorted({int(str(d).strip()) for d in parts})
+    except ValueError:
+        raise UserError(f"{flag}: expected integers separated by commas, found {value!r}") from None
+    if dims[0] < 1:
+        raise UserError(f"{flag}: sizes must be positive, found {value!r}")
+    return dims
 
 
 def score_spec(value: str | None) -> str | None:
@@ -118,6 +143,22 @@ class EmbeddingArguments:
         },
     )
     retrieval_k: str = field(default="1,5,10", metadata={"help": "Cut-offs k for recall@k."})
+    matryoshka_dims: str | None = field(
+        default=None,
+        metadata={
+            "help": "Matryoshka: also train the first N dimensions to work alone, for each N of e.g. "
+            "'64,128,256' (the loss is summed over these sizes and the full one); saved with the model, "
+            "retrieval evaluation reports each size, `encode --dimensions N` cuts vectors."
+        },
+    )
+    cache_chunk_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "GradCache: embed each batch in chunks of this many texts (no activations kept), "
+            "then re-run each chunk with gradients; same loss and gradients as the plain loss, peak "
+            "memory of one chunk, so --per_device_train_batch_size can be large (more in-batch negatives)."
+        },
+    )
 
     def __post_init__(self):
         if self.loss not in ("auto", *LOSSES, "infonce"):
@@ -127,6 +168,9 @@ class EmbeddingArguments:
         if self.pooling not in POOLINGS:
             raise UserError(f"pooling must be one of {', '.join(POOLINGS)}, found {self.pooling!r}")
         parse_ks(self.retrieval_k)
+        parse_dims(self.matryoshka_dims)
+        if self.cache_chunk_size is not None and self.cache_chunk_size < 1:
+            raise UserError(f"--cache_chunk_size must be at least 1, found {self.cache_chunk_size}")
 
     @property
     def ks(self) -> list[int]:
@@ -165,6 +209,8 @@ class EmbeddingSettings(TaskSettings):
     score_range: list[float] | None = None
     #: ``sts``, ``retrieval`` or ``both``: what ``evaluation`` resolved to on the evaluation data.
     evaluation_mode: str | None = None
+    #: Prefix sizes trained to work alone (Matryoshka), e.g. ``[64, 128, 256]``; ``None``: full size only.
+    matryoshka_dims: list[int] | None = None
 
     @property
     def ks(self) -> list[int]:
@@ -201,11 +247,24 @@ class EncodeArguments(PredictArguments):
     id_column: str | None = field(
         default=None, metadata={"help": "Column with an id per text (default: the line number)."}
     )
+    dimensions: int | None = field(
+        default=None,
+        metadata={
+            "help": "Keep the first N dimensions (re-normalised): for a model trained with "
+            "--matryoshka_dims (default: all)."
+        },
+    )
 
     def check(self) -> None:
         super().check()
         if Path(self.output_file).suffix.lower() not in OUTPUT_SUFFIXES:
             raise UserError(f"--output_file {self.output_file}: expected a .npy or .jsonl file")
+        check_dimensions_flag(self.dimensions)
+
+
+def check_dimensions_flag(value: int | None) -> None:
+    if value is not None and value < 1:
+        raise UserError(f"--dimensions must be at least 1, found {value}")
 
 
 @dataclass
@@ -217,6 +276,30 @@ class RetrieveArguments(PredictArguments):
     )
     text_column: str = field(default="text", metadata={"help": "Column with the query text."})
     top_k: int = field(default=10, metadata={"help": "Results per query."})
+    dimensions: int | None = field(
+        default=None,
+        metadata={
+            "help": "Cut query vectors to the first N dimensions (a corpus encoded with --dimensions N)."
+        },
+    )
+    index: str = field(
+        default="float",
+        metadata={
+            "help": "float (exact), int8 (4x less memory: per-dimension ranges of the corpus) or binary "
+            "(32x less: Hamming search, then the top candidates rescored with the float query)."
+        },
+    )
+    rescore_multiplier: int = field(
+        default=4, metadata={"help": "--index binary: rescore top_k x this many Hamming candidates."}
+    )
+    rerank: str | None = field(
+        default=None,
+        metadata={
+            "help": "A pair (cross-encoder) run: re-rank the first --rerank_top_k results by its score "
+            "(needs the corpus texts: encode the corpus to .jsonl)."
+        },
+    )
+    rerank_top_k: int = field(default=50, metadata={"help": "--rerank: how many results it re-ranks."})
 
     def check(self) -> None:
         super().check()
@@ -224,3 +307,79 @@ class RetrieveArguments(PredictArguments):
             raise UserError("retrieve: --corpus_file is required (vectors written by `encode`)")
         if self.top_k < 1:
             raise UserError(f"--top_k must be at least 1, found {self.top_k}")
+        check_choice("index", self.index, INDEXES)
+        check_dimensions_flag(self.dimensions)
+        if self.rescore_multiplier < 1:
+            raise UserError(f"--rescore_multiplier must be at least 1, found {self.rescore_multiplier}")
+        if self.rerank and self.rerank_top_k < self.top_k:
+            raise UserError(
+                f"--rerank_top_k ({self.rerank_top_k}) must be at least --top_k ({self.top_k}): "
+                "the reranker orders the results it is given"
+            )
+
+
+@dataclass
+class MineArguments(PredictArguments):
+    """Mine hard negatives: for every (query, positive) row of ``input_file``, the corpus texts the
+    model (and/or BM25) ranks high that are not a positive, kept only where the guards say they
+    are not false negatives; written as JSON lines that ``train --negative_columns`` reads."""
+
+    text_column: str = field(
+        default=EmbeddingArguments.text_column, metadata={"help": "Query column ('|' alternatives)."}
+    )
+    text_pair_column: str = field(
+        default=EmbeddingArguments.text_pair_column, metadata={"help": "Positive column ('|' alternatives)."}
+    )
+    corpus_file: str | None = field(
+        default=None,
+        metadata={"help": "Texts to mine from (table, JSON lines or text; default: the input's positives)."},
+    )
+    corpus_column: str = field(
+        default="text|passage|document|context|positive", metadata={"help": "Text column of --corpus_file."}
+    )
+    num_negatives: int = field(default=3, metadata={"help": "Negatives per row (negative_1..N)."})
+    range_min: int = field(
+        default=0,
+        metadata={"help": "Skip the first N candidates (the nearest are the likeliest false negatives)."},
+    )
+    range_max: int = field(default=50, metadata={"help": "Sample from candidates ranked below this."})
+    margin: float | None = field(
+        default=None, metadata={"help": "Keep a negative only if score <= positive's score - margin."}
+    )
+    max_score_ratio: float | None = field(
+        default=None,
+        metadata={"help": "Keep a negative only if score <= ratio x positive's score (e.g. 0.95)."},
+    )
+    cross_encoder: str | None = field(
+        default=None,
+        metadata={"help": "A pair (cross-encoder) run whose scores the guards use instead of cosine."},
+    )
+    candidates: str = field(
+        default="model", metadata={"help": "model (cosine), bm25 (needs bm25s) or both (interleaved)."}
+    )
+    sampling: str = field(default="top", metadata={"help": "top (the best kept) or random (seeded)."})
+    output_format: str = field(
+        default="n-tuple",
+        metadata={
+            "help": "n-tuple: {query, positive, negative_1..N} (rows with fewer negatives dropped); "
+            "labeled-pair: {text1, text2, label} rows to train a reranker (pair task)."
+        },
+    )
+    seed: int = field(default=42, metadata={"help": "Seed of --sampling random."})
+
+    def check(self) -> None:
+        super().check()
+        check_choice("candidates", self.candidates, CANDIDATE_SOURCES)
+        check_choice("sampling", self.sampling, SAMPLINGS)
+        check_choice("output_format", self.output_format, MINE_FORMATS)
+        if self.num_negatives < 1:
+            raise UserError(f"--num_negatives must be at least 1, found {self.num_negatives}")
+        if not 0 <= self.range_min < self.range_max:
+            raise UserError(
+                f"--range_min/--range_max: expected 0 <= range_min < range_max, found {self.range_min}, "
+                f"{self.range_max}"
+            )
+        if self.corpus_file and Path(self.corpus_file).resolve() == Path(self.output_file).resolve():
+            raise UserError("--output_file must differ from --corpus_file (input files are never modified)")
+        if self.max_score_ratio is not None and self.max_score_ratio <= 0:
+            raise UserError(f"--max_score_ratio must be positive, found {self.max_score_ratio}")

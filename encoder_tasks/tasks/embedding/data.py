@@ -17,7 +17,7 @@ import torch
 from ...data import LINE_COLUMN, Split, column_texts, resolve_column
 from ...errors import UserError
 from ...task import Prepared
-from .args import SCORED_LOSSES, EmbeddingSettings, score_spec
+from .args import SCORED_LOSSES, EmbeddingSettings, parse_dims, score_spec
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +148,7 @@ def _training_settings(train: Split, task_args, data_args) -> EmbeddingSettings:
         **_from_flags(task_args, data_args, _DATA_FLAGS + _TRAINING_FLAGS),
         loss="mnrl" if loss == "infonce" else loss,
         score_range=[min(scores), max(scores)] if scores else None,
+        matryoshka_dims=parse_dims(task_args.matryoshka_dims),
     )
 
 

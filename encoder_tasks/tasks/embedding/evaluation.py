@@ -49,16 +49,32 @@ def retrieval_corpus(anchors, positives, scores=None, min_score=None):
 
 
 def retrieval_scores(
-    model, tokenizer, anchors, positives, scores=None, min_score=None, ks=(1, 5, 10), batch_size=64
+    model,
+    tokenizer,
+    anchors,
+    positives,
+    scores=None,
+    min_score=None,
+    ks=(1, 5, 10),
+    batch_size=64,
+    matryoshka_dims=None,
 ) -> dict:
+    """Retrieval metrics over the pairs (:func:`retrieval_corpus`); for a Matryoshka model also
+    at each smaller size, as ``<metric>_dim<N>`` (vectors cut to N dimensions, re-normalised)."""
+    from .matryoshka import truncate
+
     queries, corpus, relevant, exclude = retrieval_corpus(anchors, positives, scores, min_score)
     if not queries:
         raise UserError("retrieval evaluation: no query has a relevant text (check --positive_min_score)")
-    corpus_vectors = normalize(encode_texts(model, tokenizer, corpus, batch_size))
+    full = encode_texts(model, tokenizer, corpus, batch_size)
     position = {t: i for i, t in enumerate(corpus)}
-    query_vectors = corpus_vectors[[position[q] for q in queries]]
-    ranked, _ = exact_search(query_vectors, corpus_vectors, max([*ks, 10]), exclude)
-    metrics = retrieval_metrics(ranked, relevant, ks)
+    rows = [position[q] for q in queries]
+    metrics: dict = {}
+    for dims in [None, *[d for d in matryoshka_dims or () if d < full.shape[1]]]:
+        corpus_vectors = truncate(full, dims) if dims else normalize(full)
+        ranked, _ = exact_search(corpus_vectors[rows], corpus_vectors, max([*ks, 10]), exclude)
+        suffix = f"_dim{dims}" if dims else ""
+        metrics.update({f"{k}{suffix}": v for k, v in retrieval_metrics(ranked, relevant, ks).items()})
     metrics.update({"queries": len(queries), "corpus_size": len(corpus)})
     return metrics
 
@@ -88,6 +104,7 @@ def evaluate_embeddings(model, tokenizer, dataset, settings: EmbeddingSettings, 
                 settings.positive_min_score,
                 settings.ks,
                 batch_size,
+                settings.get("matryoshka_dims"),
             )
         )
     return out

@@ -5,7 +5,11 @@
   batched in length order (little padding); output keeps input order. Neither file replaces
   an existing one unless ``--overwrite_output``.
 - ``retrieve``: query texts against an encoded corpus; exact top-k by one matrix product
-  per block of queries (cosine when the model normalises, else dot product).
+  per block of queries (cosine when the model normalises, else dot product); or in a
+  compressed index (``--index int8|binary``, :mod:`.quantized_index`); optionally re-ranked by
+  a cross-encoder (``--rerank RUN_DIR --rerank_top_k K``, :mod:`.rerank`).
+- ``--dimensions N`` (both): the first N dimensions, re-normalised, of a model trained with
+  ``--matryoshka_dims`` (:mod:`.matryoshka`).
 
 Both run like ``predict`` (:mod:`.predict`): the saved settings fill unset flags, and
 ``--precision`` and ``--batch_size`` apply.
@@ -30,6 +34,24 @@ logger = logging.getLogger(__name__)
 #: Flags of encode/retrieve that are not the training columns of the same name: the corpus
 #: and query files have their own text column.
 _NOT_SAVED = ("text_column",)
+
+
+def _cut(args, model, vectors: np.ndarray) -> np.ndarray:
+    """``--dimensions``: the first N dimensions (re-normalised when the model normalises)."""
+    from .matryoshka import truncate
+
+    if args.dimensions is None or args.dimensions == vectors.shape[1]:
+        return vectors
+    trained = model.settings.get("matryoshka_dims") if model.settings is not None else None
+    if not trained or args.dimensions not in trained:
+        logger.warning(
+            "--dimensions %d: the model was trained for %s; a cut it was not trained for loses accuracy",
+            args.dimensions,
+            f"sizes {trained} (Matryoshka)" if trained else "its full size only",
+        )
+    return truncate(vectors, args.dimensions, renormalize=model.normalize)
+
+
 ID_FILE_FLAG = "--output_file's id file"
 
 
@@ -71,7 +93,7 @@ def encode_file(args: EncodeArguments) -> dict:
         check_new_file(ids_path(args.output_file), args.overwrite_output, flag=ID_FILE_FLAG)
     texts, ids, _ = _read_texts(args, args.text_column, args.id_column)
     model, tokenizer = load_model(args, settings_skip=_NOT_SAVED)
-    vectors = encode_for(args, model, tokenizer, texts)
+    vectors = _cut(args, model, encode_for(args, model, tokenizer, texts))
     if as_npy:
         _write_npy(args, vectors, ids, model.normalize)
     else:
@@ -147,28 +169,53 @@ def retrieve_file(args: RetrieveArguments) -> dict:
         ...             input_file="queries.txt", output_file="hits.jsonl"))  # doctest: +SKIP
     """
     from ...predict import write_predictions
-    from .retrieval import exact_search, normalize
+    from .quantized_index import search
+    from .retrieval import normalize
 
     args.check()
     corpus, corpus_ids, corpus_texts = load_corpus(args.corpus_file)
+    if args.rerank and (corpus_texts is None or any(t is None for t in corpus_texts)):
+        raise UserError(
+            f"--rerank needs the corpus texts, and {args.corpus_file} has none: encode the corpus to a "
+            ".jsonl file (it keeps each text beside its vector)"
+        )
     queries, _, lines = _read_texts(args, args.text_column)
     model, tokenizer = load_model(args, settings_skip=_NOT_SAVED)
-    if corpus.shape[1] != model.config.hidden_size:
+    size = args.dimensions or model.config.hidden_size
+    if corpus.shape[1] != size:
+        hint = (
+            f"pass --dimensions {corpus.shape[1]} if it was encoded with --dimensions"
+            if corpus.shape[1] < model.config.hidden_size and not args.dimensions
+            else "encode the corpus with this model and the same --dimensions"
+        )
         raise UserError(
             f"--corpus_file {args.corpus_file}: vectors have {corpus.shape[1]} dimensions, the model "
-            f"{args.model_dir} makes {model.config.hidden_size}; encode the corpus with this model"
+            f"{args.model_dir} makes {size}; {hint}"
         )
-    vectors = encode_for(args, model, tokenizer, queries)
+    vectors = _cut(args, model, encode_for(args, model, tokenizer, queries))
     if model.normalize:  # cosine: the corpus is unit-length too (it may have been edited)
         corpus, vectors = normalize(corpus), normalize(vectors)
-    indices, scores = exact_search(vectors, corpus, args.top_k)
+    depth = max(args.top_k, args.rerank_top_k) if args.rerank else args.top_k
+    indices, scores = search(args.index, vectors, corpus, depth, args.rescore_multiplier)
+    retrieval_scores = None
+    if args.rerank:
+        from .rerank import CrossEncoderScorer, rerank
+
+        scorer = CrossEncoderScorer.load(args.rerank, batch_size=args.batch_size, precision=args.precision)
+        first = {
+            (q, int(i)): float(s) for q, (row, ss) in enumerate(zip(indices, scores)) for i, s in zip(row, ss)
+        }
+        indices, scores = rerank(scorer, queries, indices, corpus_texts, args.top_k)
+        retrieval_scores = first
     records = []
-    for line, query, row, row_scores in zip(lines, queries, indices, scores):
+    for q, (line, query, row, row_scores) in enumerate(zip(lines, queries, indices, scores)):
         results = []
         for rank, (i, s) in enumerate(zip(row, row_scores), start=1):
             if i < 0:
                 break
             hit = {"rank": rank, "id": corpus_ids[i], "score": round(float(s), 6)}
+            if retrieval_scores is not None:
+                hit["retrieval_score"] = round(retrieval_scores[(q, int(i))], 6)
             if corpus_texts is not None:
                 hit["text"] = corpus_texts[i]
             results.append(hit)

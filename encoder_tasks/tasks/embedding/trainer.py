@@ -1,7 +1,10 @@
-"""``EmbeddingTrainer``: duplicate-free (global) training batches, evaluation by encoding.
+"""``EmbeddingTrainer``: duplicate-free (global) training batches, evaluation by encoding, and
+the loss variants computed outside the model: Matryoshka prefixes (:mod:`.matryoshka`) and the
+cached (GradCache) loss for large batches in small memory (:mod:`.cached_loss`).
 
 Its options come from the task settings it is given (``task_settings``: the batch sampler,
-the evaluation mode, the recall cut-offs), never from the model.
+the evaluation mode, the recall cut-offs, the Matryoshka sizes) and the training flags
+(``task_args.cache_chunk_size``), never from the model.
 """
 
 from __future__ import annotations
@@ -12,9 +15,32 @@ import torch
 
 from ...errors import UserError
 from ...trainer import EncoderTaskTrainer
+from .args import SCORED_LOSSES
+from .cached_loss import cached_loss
 from .data import duplicate_keys
 from .evaluation import evaluate_embeddings
+from .matryoshka import MatryoshkaLoss
 from .samplers import DuplicateFreeBatchSampler
+
+
+def embedding_loss(bi_encoder, labels=None, matryoshka_dims=None):
+    """``loss_of([anchors, positives, negatives...])``: the model's loss on embedding groups,
+    summed over Matryoshka prefixes when ``matryoshka_dims`` is given."""
+    loss_fn = bi_encoder.loss_fn
+    if bi_encoder.loss_name in SCORED_LOSSES:
+        if labels is None:
+            raise UserError(f"--loss {bi_encoder.loss_name} needs a score per pair (--score_column)")
+
+        def loss_of(groups):
+            return loss_fn(groups[0], groups[1], labels)
+    else:
+
+        def loss_of(groups):
+            return loss_fn(groups[0], groups[1], groups[2:])
+
+    if matryoshka_dims:
+        return MatryoshkaLoss(loss_of, matryoshka_dims, bi_encoder.config.hidden_size)
+    return loss_of
 
 
 class EmbeddingTrainer(EncoderTaskTrainer):
@@ -24,6 +50,14 @@ class EmbeddingTrainer(EncoderTaskTrainer):
         >>> trainer = EmbeddingTrainer(model=model, args=training_args, train_dataset=prepared.train,
         ...     data_collator=prepared.collator(None), task_settings=prepared.settings)  # doctest: +SKIP
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        dims = self.task_settings.get("matryoshka_dims") if self.task_settings is not None else None
+        if dims and self.model is not None:  # refused before training starts, not at its first step
+            from .matryoshka import check_dims
+
+            check_dims(dims, self.accelerator.unwrap_model(self.model).config.hidden_size)
 
     def get_train_dataloader(self):
         from torch.utils.data import DataLoader
@@ -54,6 +88,26 @@ class EmbeddingTrainer(EncoderTaskTrainer):
             wrapper.num_processes = 1
             wrapper.process_index = 0
         return prepared
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The model's own loss, unless Matryoshka sizes or ``--cache_chunk_size`` ask for more."""
+        dims = self.task_settings.get("matryoshka_dims") if self.task_settings is not None else None
+        chunk = getattr(self.task_args, "cache_chunk_size", None)
+        if not (dims or chunk) or "anchor" not in inputs or not model.training:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        from .model import EmbeddingOutput
+
+        loss_of = embedding_loss(self.accelerator.unwrap_model(model), inputs.get("labels"), dims)
+        groups = [inputs["anchor"], inputs["positive"], *(inputs.get("negatives") or [])]
+
+        def embed(features):  # through the (possibly DDP-wrapped) model's forward
+            return model(**features).embeddings
+
+        if chunk:
+            loss = cached_loss(embed, groups, loss_of, chunk, getattr(model, "no_sync", None))
+        else:
+            loss = loss_of([embed(g) for g in groups])
+        return (loss, EmbeddingOutput(loss=loss)) if return_outputs else loss
 
     def _track_num_input_tokens(self, inputs):
         if self.args.include_num_input_tokens_seen == "no":

@@ -84,6 +84,27 @@ class MLMTask(Task):
 
         return predict_inputs(model, tokenizer, inputs, args)
 
+    def distiller(self):
+        from .distill import MLMDistiller
+
+        return MLMDistiller()
+
+    def input_format(self, path, args):
+        """Text corpora (documents: lines, or blank-line paragraphs) and SQuAD contexts are read
+        whole, by the task's reader; JSON lines and tables stream."""
+        from pathlib import Path
+
+        if Path(path).suffix.lower() in (".txt", ".text", ".raw", "", ".json"):
+            return None
+        return super().input_format(path, args)
+
+    def input_records(self, split, args, settings, first_index=0):
+        """``{"text"}`` from ``--text_column``, as ``predict`` reads it (a missing text is empty)."""
+        from ...data import resolve_column
+
+        column = resolve_column(split, args.text_column, "text")
+        return [{"text": "" if t is None else str(t)} for t in split.dataset[column]]
+
     def stock_model(self, model):
         from .stock import to_stock
 

@@ -77,6 +77,44 @@ class NerTask(Task):
 
         return predict_inputs(model, tokenizer, inputs, args)
 
+    def distiller(self):
+        from .distill import NerDistiller
+
+        return NerDistiller()
+
+    def input_format(self, path, args):
+        """Raw text (one per line) streams; CoNLL and JSON records are read whole on the driver."""
+        from pathlib import Path
+
+        from .reading import RECORD_SUFFIXES
+
+        suffix = Path(path).suffix.lower()
+        fmt = args.input_format
+        if fmt == "auto":  # as predict's reader decides
+            fmt = "text" if suffix == ".txt" else "json" if suffix in RECORD_SUFFIXES else "conll"
+        return "lines" if fmt == "text" and suffix not in RECORD_SUFFIXES else None
+
+    def input_records(self, split, args, settings, first_index=0):
+        """``{"text"}`` or ``{"tokens"}`` per row: raw text lines, or what :meth:`read_input_split` read."""
+        columns = split.dataset.column_names
+        texts = split.dataset["text"] if "text" in columns else [None] * len(split.dataset)
+        tokens = split.dataset["tokens"] if "tokens" in columns else [None] * len(split.dataset)
+        return [{"text": t} if t is not None else {"tokens": w} for t, w in zip(texts, tokens)]
+
+    def read_input_split(self, args, settings):
+        """CoNLL sentences and JSON records read by ``predict``'s own reader (text or tokens, the
+        token prefix stripped), one row per input."""
+        from ...data import LINE_COLUMN, Split
+        from ...data.readers import rows_to_dataset
+        from .predict import read_inputs
+
+        lines, inputs = read_inputs(args, settings)
+        rows = [
+            {"text" if isinstance(x, str) else "tokens": x, LINE_COLUMN: line}
+            for line, x in zip(lines, inputs)
+        ]
+        return Split("predict", args.input_file, rows_to_dataset(rows, args.input_file))
+
     def stock_model(self, model):
         from .stock import to_stock
 

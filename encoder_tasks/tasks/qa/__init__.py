@@ -82,6 +82,32 @@ class QATask(Task):
 
         return predict_inputs(model, tokenizer, inputs, args)
 
+    def distiller(self):
+        from .distill import QADistiller
+
+        return QADistiller()
+
+    def input_format(self, path, args):
+        """SQuAD JSON is read whole on the driver; JSON lines and tables stream."""
+        from pathlib import Path
+
+        return None if Path(path).suffix.lower() == ".json" else super().input_format(path, args)
+
+    def input_records(self, split, args, settings, first_index=0):
+        """``{"id", "question", "context"}`` as ``predict`` reads them (questions' leading spaces
+        cut); without an id column the id is the row's place in its file, from 0."""
+        from ...data import resolve_column
+        from .data import read_examples
+
+        examples = read_examples(split, args, need_answers=False)
+        ids = examples.ids
+        if resolve_column(split, args.id_column, "id", required=False) is None:
+            ids = [str(first_index + i) for i in range(len(ids))]
+        return [
+            {"id": i, "question": q, "context": c}
+            for i, q, c in zip(ids, examples.questions, examples.contexts)
+        ]
+
     def stock_model(self, model):
         from .stock import to_stock
 

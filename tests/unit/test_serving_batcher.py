@@ -1,0 +1,183 @@
+"""Micro-batching (encoder_tasks.serving.batcher): what merges, what never does, what fails alone.
+
+The model is a function that records its calls; a gate holds the worker inside a call so the
+requests behind it queue up, which makes every batch below deterministic.
+"""
+
+import asyncio
+import threading
+
+import pytest
+
+from encoder_tasks.serving.batcher import Batcher
+from encoder_tasks.serving.errors import ApiError
+from encoder_tasks.serving.metrics import ServerMetrics, parse_metrics
+
+
+class GatedModel:
+    """``predict(inputs, overrides)``: echoes each input with the call's overrides; while the gate
+    is closed a call waits inside (the worker is busy)."""
+
+    def __init__(self, fail_on: str | None = None):
+        self.calls: list[tuple[list[str], dict]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.fail_on = fail_on
+
+    def __call__(self, inputs, overrides):
+        self.calls.append(([r["text"] for r in inputs], dict(overrides)))
+        self.entered.set()
+        assert self.gate.wait(10), "the test never opened the gate"
+        if self.fail_on is not None and any(r["text"] == self.fail_on for r in inputs):
+            raise ValueError(f"cannot read {self.fail_on!r}")
+        return [{"text": r["text"], **overrides} for r in inputs]
+
+
+def _batcher(model, max_batch_tokens=8192, max_wait_ms=0.0):
+    metrics = ServerMetrics()
+    batcher = Batcher("m", model, max_batch_tokens, max_wait_ms, metrics)
+    batcher.start()
+    return batcher, metrics
+
+
+async def _behind_a_busy_worker(batcher, model, requests):
+    """Occupy the worker with one request, queue ``requests`` (texts, overrides, tokens) behind
+    it, then let everything run; returns the queued requests' answers (exceptions included)."""
+    model.gate.clear()
+    first = batcher.submit([{"text": "first"}], {}, tokens=1)
+    await asyncio.to_thread(model.entered.wait, 10)
+    futures = [batcher.submit([{"text": t} for t in texts], o, tokens=n) for texts, o, n in requests]
+    model.gate.set()
+    assert await first == [{"text": "first"}]
+    return await asyncio.gather(*futures, return_exceptions=True)
+
+
+def test_queued_requests_merge_into_one_call_and_split_back_in_order():
+    model = GatedModel()
+    batcher, metrics = _batcher(model)
+    requests = [(["a", "b"], {}, 4), (["c"], {}, 2), (["d", "e", "f"], {}, 6)]
+    answers = asyncio.run(_behind_a_busy_worker(batcher, model, requests))
+    assert answers == [[{"text": "a"}, {"text": "b"}], [{"text": "c"}], [{"text": t} for t in "def"]]
+    assert model.calls == [(["first"], {}), (list("abcdef"), {})]
+    assert batcher.stop(timeout=5)
+    values = parse_metrics(metrics.render())
+    assert values[("encoder_tasks_batch_requests_count", (("model", "m"),))] == 2
+    assert values[("encoder_tasks_batch_requests_bucket", (("le", "2"), ("model", "m")))] == 1  # the lone one
+    assert values[("encoder_tasks_batch_size_sum", (("model", "m"),))] == 7
+    assert values[("encoder_tasks_batch_tokens_sum", (("model", "m"),))] == 13
+
+
+def test_requests_with_different_parameters_never_share_a_call():
+    model = GatedModel()
+    batcher, _ = _batcher(model)
+    requests = [(["a"], {}, 1), (["b"], {"top_k": 3}, 1), (["c"], {}, 1), (["d"], {"top_k": 3}, 1)]
+    answers = asyncio.run(_behind_a_busy_worker(batcher, model, requests))
+    assert answers == [
+        [{"text": "a"}],
+        [{"text": "b", "top_k": 3}],
+        [{"text": "c"}],
+        [{"text": "d", "top_k": 3}],
+    ]
+    assert model.calls[1:] == [(["a", "c"], {}), (["b", "d"], {"top_k": 3})]
+    batcher.stop(timeout=5)
+
+
+def test_the_token_budget_splits_batches_and_a_request_over_it_runs_alone():
+    model = GatedModel()
+    batcher, _ = _batcher(model, max_batch_tokens=10)
+    requests = [(["a"], {}, 4), (["b"], {}, 4), (["c"], {}, 4), (["big"], {}, 25), (["d"], {}, 3)]
+    asyncio.run(_behind_a_busy_worker(batcher, model, requests))
+    # arrival order is kept: "d" would fit beside "c" but does not jump over "big"
+    assert [texts for texts, _ in model.calls[1:]] == [["a", "b"], ["c"], ["big"], ["d"]]
+    batcher.stop(timeout=5)
+
+
+def test_a_failing_batch_fails_its_own_requests_only():
+    model = GatedModel(fail_on="bad")
+    batcher, metrics = _batcher(model, max_batch_tokens=2)
+    requests = [(["ok1"], {}, 1), (["bad"], {}, 1), (["ok2"], {}, 1), (["ok3"], {}, 1)]
+    answers = asyncio.run(_behind_a_busy_worker(batcher, model, requests))
+    assert [texts for texts, _ in model.calls[1:]] == [["ok1", "bad"], ["ok2", "ok3"]]
+    assert isinstance(answers[0], ApiError) and answers[0].status == 500
+    assert "prediction failed (ValueError: cannot read 'bad')" in answers[1].message
+    assert answers[2:] == [[{"text": "ok2"}], [{"text": "ok3"}]]
+    assert parse_metrics(metrics.render())[("encoder_tasks_batch_failures_total", (("model", "m"),))] == 1
+    # the worker lives on
+    assert asyncio.run(_ask(batcher, "later")) == [{"text": "later"}]
+    batcher.stop(timeout=5)
+
+
+async def _ask(batcher, text):
+    return await batcher.submit([{"text": text}], {}, tokens=1)
+
+
+def test_requests_nobody_waits_for_are_skipped():
+    model = GatedModel()
+    batcher, _ = _batcher(model)
+
+    async def scenario():
+        model.gate.clear()
+        first = batcher.submit([{"text": "first"}], {}, tokens=1)
+        await asyncio.to_thread(model.entered.wait, 10)
+        gone = batcher.submit([{"text": "gone"}], {}, tokens=1)
+        kept = batcher.submit([{"text": "kept"}], {}, tokens=1)
+        gone.cancel()  # a timeout or a disconnect cancels the future
+        model.gate.set()
+        return await first, await kept
+
+    assert asyncio.run(scenario()) == ([{"text": "first"}], [{"text": "kept"}])
+    assert [texts for texts, _ in model.calls] == [["first"], ["kept"]]
+    batcher.stop(timeout=5)
+
+
+def test_a_lone_request_on_an_idle_model_does_not_wait_for_company():
+    model = GatedModel()
+    batcher, _ = _batcher(model, max_wait_ms=600_000)  # ten minutes: waiting would hang the test
+
+    async def ask_twice():
+        return [await asyncio.wait_for(_ask(batcher, t), 10) for t in ("one", "two")]
+
+    assert asyncio.run(ask_twice()) == [[{"text": "one"}], [{"text": "two"}]]
+    batcher.stop(timeout=5)
+
+
+def test_under_load_the_oldest_request_waits_for_company():
+    model = GatedModel()
+    batcher, _ = _batcher(model, max_wait_ms=600_000, max_batch_tokens=3)
+
+    async def scenario():
+        model.gate.clear()
+        first = batcher.submit([{"text": "first"}], {}, tokens=1)
+        await asyncio.to_thread(model.entered.wait, 10)
+        queued = [batcher.submit([{"text": t}], {}, tokens=1) for t in ("a", "b")]
+        model.gate.set()
+        await first
+        # two were queued: the model is under load, so the worker holds them for company until the
+        # budget (3 tokens) is full; "c", sent after the first answer, still joins them
+        late = batcher.submit([{"text": "c"}], {}, tokens=1)
+        return await asyncio.wait_for(asyncio.gather(*queued, late), 10)
+
+    assert asyncio.run(scenario()) == [[{"text": "a"}], [{"text": "b"}], [{"text": "c"}]]
+    assert model.calls[1] == (["a", "b", "c"], {})
+    batcher.stop(timeout=5)
+
+
+def test_stop_answers_what_is_queued_then_refuses_new_requests():
+    model = GatedModel()
+    batcher, _ = _batcher(model)
+
+    async def scenario():
+        model.gate.clear()
+        first = batcher.submit([{"text": "first"}], {}, tokens=1)
+        await asyncio.to_thread(model.entered.wait, 10)
+        queued = batcher.submit([{"text": "queued"}], {}, tokens=1)
+        stopping = asyncio.ensure_future(asyncio.to_thread(batcher.stop, 10))
+        while not batcher.stopping:
+            await asyncio.sleep(0.01)
+        with pytest.raises(ApiError, match="shutting down"):
+            batcher.submit([{"text": "late"}], {}, tokens=1)
+        model.gate.set()
+        return await first, await queued, await stopping
+
+    assert asyncio.run(scenario()) == ([{"text": "first"}], [{"text": "queued"}], True)
