@@ -69,7 +69,10 @@ def _default_name(path: str) -> str:
 def _listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound here so that a port in use is a one-line error."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not left 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
+    # connections of a socket whose protocol says TCP. With it on, a small answer waited for the
+    # client's delayed ACK: +40 ms on every request (measured: p50 60 ms against 17 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
