@@ -133,18 +133,12 @@ def predict_file(args: ClassificationPredictArguments, task_name: str = "classif
     texts = column_texts(split, resolve_column(split, args.text_column or "text", "text"))
     pair_col = resolve_column(split, args.text_pair_column, "text_pair")
     pairs = column_texts(split, pair_col) if pair_col else None
-    results, long_count = predict_texts(
-        model,
-        tokenizer,
-        texts,
-        pairs,
-        batch_size=args.batch_size,
-        max_length=args.max_length,
-        long_text=args.long_text,
-        stride=args.window_stride,
-        precision=args.precision,
-        disable_tqdm=args.disable_tqdm,
+    inputs = (
+        [{"text": t} for t in texts]
+        if pairs is None
+        else [{"text": t, "text_pair": p} for t, p in zip(texts, pairs)]
     )
+    results, long_count = _records(model, tokenizer, inputs, args, disable_tqdm=args.disable_tqdm)
     what = "predictions"
     if long_count:
         windowed = args.long_text == "window" and pairs is None
@@ -152,12 +146,7 @@ def predict_file(args: ClassificationPredictArguments, task_name: str = "classif
         logger.warning("%d of %d inputs were longer than max_length and were %s", long_count, len(texts), how)
         what += f" ({long_count} long inputs {'windowed' if windowed else 'truncated'})"
     lines = split.dataset["_line"]
-    inputs = (
-        [{"text": t} for t in texts]
-        if pairs is None
-        else [{"text": t, "text_pair": p} for t, p in zip(texts, pairs)]
-    )
-    records = [{"line": line, **record, **result} for line, record, result in zip(lines, inputs, results)]
+    records = [{"line": line, **result} for line, result in zip(lines, results)]
     write_predictions(args, records, what)
     return {"predictions": len(records), "long_inputs": long_count}
 
@@ -185,9 +174,15 @@ def parse_input(record, where: str, settings: ClassificationSettings | None) -> 
 
 def predict_inputs(model, tokenizer, inputs: list[dict], args: ClassificationPredictArguments) -> list[dict]:
     """Records as ``predict`` writes them (without ``line``) for checked inputs, in input order."""
+    return _records(model, tokenizer, inputs, args, disable_tqdm=True)[0]
+
+
+def _records(model, tokenizer, inputs: list[dict], args, disable_tqdm) -> tuple[list[dict], int]:
+    """(records, how many inputs were longer than ``max_length``): the one path of ``predict``,
+    the server and Ray."""
     texts = [r["text"] for r in inputs]
     pairs = [r["text_pair"] for r in inputs] if inputs and "text_pair" in inputs[0] else None
-    results, _ = predict_texts(
+    results, long_count = predict_texts(
         model,
         tokenizer,
         texts,
@@ -197,6 +192,6 @@ def predict_inputs(model, tokenizer, inputs: list[dict], args: ClassificationPre
         long_text=args.long_text,
         stride=args.window_stride,
         precision=args.precision,
-        disable_tqdm=True,
+        disable_tqdm=disable_tqdm,
     )
-    return [{**r, **result} for r, result in zip(inputs, results)]
+    return [{**r, **result} for r, result in zip(inputs, results)], long_count
