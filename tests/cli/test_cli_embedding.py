@@ -151,7 +151,8 @@ def test_encode_and_retrieve_errors(trained, tiny_models, tmp_path, capsys):
     assert "none.npy: no such file" in capsys.readouterr().err
     assert main(["embedding", "fly"]) == 2
     assert (
-        "expected an action (train, evaluate, predict, search, distill, encode, mine, retrieve)" in capsys.readouterr().err
+        "expected an action (train, evaluate, predict, search, distill, encode, mine, retrieve)"
+        in capsys.readouterr().err
     )
 
 
