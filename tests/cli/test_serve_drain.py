@@ -22,6 +22,14 @@ def _in_flight(url) -> float:
     return values[("encoder_tasks_requests_in_flight", ())] - 1  # less this very request
 
 
+def _status(answer):
+    """The answer's status code, or "refused" for a connection the stopping server never took."""
+    try:
+        return answer.result(timeout=120).status_code
+    except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
+        return "refused"
+
+
 def test_sigterm_answers_the_requests_in_flight_then_exits_0(task_runs):
     process, url = serve_process([f"sst2={task_runs['classification'].model_dir}"])
     try:
@@ -35,19 +43,23 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0(task_runs):
         with ThreadPoolExecutor(8) as pool:
             answers = [pool.submit(send) for _ in range(8)]
             go.wait(timeout=30)
+            # Every request received before the signal: one still on its way when the server stops
+            # listening is refused by the kernel (a reset), which is right but not what this tests.
             deadline = time.monotonic() + 30
-            while _in_flight(url) < 2 and time.monotonic() < deadline:
+            while _in_flight(url) < 8 and time.monotonic() < deadline:
                 time.sleep(0.005)
             process.send_signal(signal.SIGTERM)
-            codes = [answer.result(timeout=120).status_code for answer in answers]
+            codes = [_status(answer) for answer in answers]
         out, err = stop_process(process)
     finally:
         if process.poll() is None:  # a failed assertion above: do not leave it running
             stop_process(process)
-    assert codes == [200] * 8, (codes, err)
+    draining = int(out.split("serve: SIGTERM received; draining ")[1].split(" ")[0])
+    # Every request the server held when the signal came is answered 200 (with 8 received first,
+    # all of them); none gets an error status.
+    assert codes.count(200) >= draining and set(codes) <= {200, "refused"}, (codes, draining, err)
     assert process.returncode == 0, err
     assert "serve: SIGTERM received; draining" in out, out
-    draining = int(out.split("serve: SIGTERM received; draining ")[1].split(" ")[0])
     assert draining >= 2, out  # the signal did arrive with requests in flight
     assert "serve: drained: every in-flight request was answered" in out, out
     assert "Traceback" not in err, err
