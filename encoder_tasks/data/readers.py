@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 from pathlib import Path
@@ -73,12 +74,22 @@ def read_table(path: Path, delimiter: str = "auto", column_names: list[str] | No
     ignored; otherwise the first line is the header and every row must match its width.
     """
     text = read_text(path, encoding)
-    sep = _detect_delimiter(path, text, delimiter)
+    lines = io.StringIO(text, newline="")
+    return [
+        {**row, LINE_COLUMN: line} for line, _, row in table_rows(lines, str(path), delimiter, column_names)
+    ]
+
+
+def table_rows(lines, shown: str, delimiter: str = "auto", column_names: list[str] | None = None):
+    """``(line, index, {column: text})`` of a CSV/TSV table given as an iterable of lines (header
+    row, or ``column_names``): what :func:`read_table` reads, streamed (``predict --engine ray``)."""
+    lines = iter(lines)
+    first = next(lines, "")
+    sep = _detect_delimiter(Path(shown), first, delimiter)
     # Tab-separated NLP corpora (GLUE) contain bare quotes inside sentences; they are text.
     quoting = csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, quoting=quoting)
-    rows = []
-    header = column_names
+    reader = csv.reader(itertools.chain([first], lines), delimiter=sep, quoting=quoting)
+    header, index = column_names, 0
     try:
         for fields in reader:
             line = reader.line_num
@@ -87,20 +98,18 @@ def read_table(path: Path, delimiter: str = "auto", column_names: list[str] | No
             if header is None:
                 header = [name.strip() for name in fields]
                 if len(set(header)) != len(header):
-                    raise UserError(f"{path} line {line}: the header repeats a column name: {header}")
+                    raise UserError(f"{shown} line {line}: the header repeats a column name: {header}")
                 continue
             if len(fields) < len(header) or (column_names is None and len(fields) > len(header)):
                 raise UserError(
-                    f"{path} line {line}: expected {len(header)} fields separated by {sep!r}, found {len(fields)}"
+                    f"{shown} line {line}: expected {len(header)} fields separated by {sep!r}, found {len(fields)}"
                 )
-            row = dict(zip(header, fields[: len(header)]))
-            row[LINE_COLUMN] = line
-            rows.append(row)
+            yield line, index, dict(zip(header, fields[: len(header)]))
+            index += 1
     except csv.Error as exc:
-        raise UserError(f"{path} line {reader.line_num}: {exc}") from None
-    if not rows:
-        raise UserError(f"{path}: no data rows (only a header?)")
-    return rows
+        raise UserError(f"{shown} line {reader.line_num}: {exc}") from None
+    if not index:
+        raise UserError(f"{shown}: no data rows (only a header?)")
 
 
 def read_jsonl(path: Path, encoding="utf-8"):

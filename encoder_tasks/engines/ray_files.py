@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import csv
 import glob
 import itertools
 import json
@@ -30,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.readers import table_rows
 from ..errors import UserError
 
 #: Rows per block a read task hands on (small blocks keep the driver's memory flat too).
@@ -84,40 +84,6 @@ def text_lines(stream, shown: str, encoding: str = "utf-8") -> Iterator[tuple[in
             break
     if not content:
         raise UserError(f"{shown}: the file is empty")
-
-
-def table_rows(lines, shown: str, delimiter: str = "auto", column_names: list[str] | None = None):
-    """``(line, index, {column: text})`` of a CSV/TSV table, as
-    :func:`encoder_tasks.data.readers.read_table` reads it (header row, or ``column_names``)."""
-    from ..data.readers import _detect_delimiter
-
-    lines = iter(lines)
-    first = next(lines, "")
-    sep = _detect_delimiter(Path(shown), first, delimiter)
-    # Tab-separated NLP corpora (GLUE) contain bare quotes inside sentences; they are text.
-    quoting = csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL
-    reader = csv.reader(itertools.chain([first], lines), delimiter=sep, quoting=quoting)
-    header, index = column_names, 0
-    try:
-        for fields in reader:
-            line = reader.line_num
-            if not fields or (len(fields) == 1 and not fields[0].strip()):
-                continue
-            if header is None:
-                header = [name.strip() for name in fields]
-                if len(set(header)) != len(header):
-                    raise UserError(f"{shown} line {line}: the header repeats a column name: {header}")
-                continue
-            if len(fields) < len(header) or (column_names is None and len(fields) > len(header)):
-                raise UserError(
-                    f"{shown} line {line}: expected {len(header)} fields separated by {sep!r}, found {len(fields)}"
-                )
-            yield line, index, dict(zip(header, fields[: len(header)]))
-            index += 1
-    except csv.Error as exc:
-        raise UserError(f"{shown} line {reader.line_num}: {exc}") from None
-    if not index:
-        raise UserError(f"{shown}: no data rows (only a header?)")
 
 
 def jsonl_rows(lines, shown: str, **_):
