@@ -57,7 +57,7 @@ SIZES = {
         rerank_k=(5, 10),
         seeds=1,
     ),
-    # fits one session on this 2-core CPU (about 75 minutes for both languages and 3 seeds)
+    # on this 2-core CPU: about 17 minutes per language and seed with the reranker, 10 without
     "standard": dict(
         corpus=None,
         train=1500,
@@ -235,11 +235,8 @@ def run_lang(lang: str, size: dict, seeds: list[int], work: Path, with_reranker:
         hard = train_embedding(run / "hardneg", mined, size, seed, "--negative_columns", "negative_1")
         mrl = train_embedding(run / "matryoshka", mined, size, seed, "--negative_columns", "negative_1",
                               "--matryoshka_dims", "64,128,256")  # fmt: skip
-        reranker = run / "reranker"
-        if with_reranker:
-            train_reranker(reranker, labelled, size, seed)
 
-        def evaluate_seed(mnrl=mnrl, hard=hard, mrl=mrl, reranker=reranker):
+        def evaluate_seed(mnrl=mnrl, hard=hard, mrl=mrl):
             rows = {}
             rows["mnrl"] = scores(*first(ranked(str(mnrl), splits["test"], size), "dim384"))
             hard_ranked, rel = ranked(str(hard), splits["test"], size)
@@ -249,19 +246,29 @@ def run_lang(lang: str, size: dict, seeds: list[int], work: Path, with_reranker:
             mrl_ranked, rel = ranked(str(mrl), splits["test"], size)
             for dims in (64, 128, 256, 384):
                 rows[f"matryoshka {dims}"] = scores(mrl_ranked[f"dim{dims}"], rel)
-            # the one choice: how many results the reranker re-orders, on validation
-            if not with_reranker:
-                return rows
-            val_ranked, val_rel = ranked(str(hard), splits["validation"], size)
-            choice = max(size["rerank_k"], key=lambda k: rerank_scores(str(reranker), splits["validation"],
-                                                                   val_ranked["dim384"], val_rel, k)["ndcg@10"])  # fmt: skip
-            rows["hardneg + reranker"] = {**rerank_scores(str(reranker), splits["test"], hard_ranked["dim384"], rel,
-                                                          choice), "rerank_top_k": choice}  # fmt: skip
             return rows
 
-        for name, row in cached(run / "metrics.json", evaluate_seed).items():
+        rows = dict(cached(run / "metrics.json", evaluate_seed))
+        if with_reranker:
+            reranker = train_reranker(
+                run / reranker_folder(RERANKER), labelled, size, seed, *RERANK_VARIANTS[RERANKER]
+            )
+            rows.update(cached(reranker.with_name(reranker.name + "-test.json"),
+                               lambda hard=hard, reranker=reranker: rerank_rows(hard, reranker, splits, size)))  # fmt: skip
+        for name, row in rows.items():
             results.setdefault(name, []).append(row)
     return results
+
+
+def rerank_rows(hard: Path, reranker: Path, splits: dict, size: dict) -> dict:
+    """The reranker re-ordering the hard-negative model's results on test, after the one choice
+    (how many results it re-orders) is made on validation."""
+    val_ranked, val_rel = ranked(str(hard), splits["validation"], size)
+    choice = max(size["rerank_k"], key=lambda k: rerank_scores(str(reranker), splits["validation"],
+                                                               val_ranked["dim384"], val_rel, k)["ndcg@10"])  # fmt: skip
+    hard_ranked, rel = ranked(str(hard), splits["test"], size)
+    return {"hardneg + reranker": {**rerank_scores(str(reranker), splits["test"], hard_ranked["dim384"], rel, choice),
+                                   "rerank_top_k": choice}}  # fmt: skip
 
 
 def first(pair, key):
@@ -292,8 +299,27 @@ def table(all_results: dict) -> dict:
 
 # ---- reranker variants, validation only --------------------------------------------------------
 #: Variant name -> extra ``pair train`` flags, tried after the defaults' reranker scored below the
-#: bi-encoder it re-orders. English, seed 42, validation questions only.
-RERANK_VARIANTS = {"defaults (cls pooling)": [], "mean pooling": ["--pooling", "mean"]}
+#: bi-encoder it re-orders. English, seed 42, validation questions only. The defaults' training loss
+#: stayed at the label prior's entropy (1 positive in 4 rows: 0.56): 188 steps of batch 32 taught it
+#: nothing. The pair task's own rule would have picked batch 8 here (fewer than 500 steps at 16,
+#: docs: "How each default was chosen"), so the later variants take 4x the steps that way, and one
+#: also weighs the rare positive label up.
+RERANK_VARIANTS = {
+    "batch 32 (cls pooling)": [],
+    "batch 32, mean pooling": ["--pooling", "mean"],
+    "batch 8": ["--per_device_train_batch_size", "8"],
+    "batch 8 + balanced class weights": ["--per_device_train_batch_size", "8", "--class_weights", "balanced"],
+}
+
+
+#: The reranker the accuracy phase trains: the variant that scored best on validation (the
+#: ``rerank-variants`` table); see benchmarks/README.md, "How each default was chosen".
+RERANKER = "batch 8"
+
+
+def reranker_folder(variant: str) -> str:
+    flags = RERANK_VARIANTS[variant]
+    return "reranker" if not flags else "reranker-" + "-".join(f.strip("-") for f in flags)
 
 
 def train_reranker(out: Path, labelled: Path, size: dict, seed: int, *flags) -> Path:
@@ -306,25 +332,27 @@ def train_reranker(out: Path, labelled: Path, size: dict, seed: int, *flags) -> 
     return out
 
 
-def rerank_variants(work: Path, size: dict, lang: str = "en", seed: int = 42) -> dict:
+def rerank_variants(work: Path, size: dict, names: list[str], lang: str = "en", seed: int = 42) -> dict:
     splits = build_splits(lang, size, work)
     folder, run = work / lang, work / lang / f"seed{seed}"
     labelled = mine(MINILM, folder, size, "labeled-pair", 3)
     hard = train_embedding(run / "hardneg", mine(MINILM, folder, size, "n-tuple", 1), size, seed,
                            "--negative_columns", "negative_1")  # fmt: skip
 
-    def evaluate():
-        val_ranked, rel = ranked(str(hard), splits["validation"], size)
-        rows = {"hard negatives, no reranker": scores(val_ranked["dim384"], rel)}
-        for name, flags in RERANK_VARIANTS.items():
-            out = run / ("reranker" if not flags else "reranker-" + "-".join(f.strip("-") for f in flags))
-            train_reranker(out, labelled, size, seed, *flags)
-            for k in size["rerank_k"]:
-                rows[f"{name}, top {k} re-ordered"] = rerank_scores(str(out), splits["validation"],
-                                                                    val_ranked["dim384"], rel, k)  # fmt: skip
-        return rows
+    val_ranked, rel = ranked(str(hard), splits["validation"], size)
+    rows = {"hard negatives, no reranker": scores(val_ranked["dim384"], rel)}
+    for name in names:
+        flags = RERANK_VARIANTS[name]
+        out = run / reranker_folder(name)
 
-    return cached(run / "rerank-variants.json", evaluate)
+        def evaluate(out=out, flags=flags):
+            train_reranker(out, labelled, size, seed, *flags)
+            return {k: rerank_scores(str(out), splits["validation"], val_ranked["dim384"], rel, k)
+                    for k in size["rerank_k"]}  # fmt: skip
+
+        for k, row in cached(out.with_name(out.name + "-validation.json"), evaluate).items():
+            rows[f"{name}, top {k} re-ordered"] = row
+    return rows
 
 
 def variants_table(rows: dict) -> dict:
@@ -448,17 +476,27 @@ def main() -> None:
                         help="languages that train and score the reranker (default: all of --langs)")  # fmt: skip
     parser.add_argument("--phase", choices=("accuracy", "memory", "rerank-variants"), default="accuracy",
                         help="accuracy: the retrieval table; memory: GradCache's peak memory vs plain batches")  # fmt: skip
+    parser.add_argument("--merge", default=None,
+                        help="a retrieval-*.json whose languages not in --langs join the tables (marked in the notes)")  # fmt: skip
+    parser.add_argument("--variants", default="all",
+                        help="rerank-variants: comma-separated names of RERANK_VARIANTS (default all)")  # fmt: skip
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     size = SIZES[args.size]
     seeds = list(range(42, 42 + (args.seeds or size["seeds"])))
     work = Path(args.work or f"/tmp/bench-retrieval-{args.size}")
     if args.phase == "rerank-variants":
-        tables = {"rerank-variants": variants_table(rerank_variants(work, size))}
+        names = list(RERANK_VARIANTS) if args.variants == "all" else args.variants.split(",")
+        unknown = sorted(set(names) - set(RERANK_VARIANTS))
+        if unknown:
+            parser.error(f"--variants: unknown {unknown}; expected names from {list(RERANK_VARIANTS)}")
+        tables = {"rerank-variants": variants_table(rerank_variants(work, size, names))}
         print_table([dict(zip(tables["rerank-variants"]["columns"], r)) for r in tables["rerank-variants"]["rows"]],
                     tables["rerank-variants"]["columns"])  # fmt: skip
-        path = save_results("retrieval-rerank-variants", {"size": args.size, "variants": RERANK_VARIANTS,
-                                                          "tables": tables})  # fmt: skip
+        variants = {n: RERANK_VARIANTS[n] for n in names}
+        path = save_results(
+            "retrieval-rerank-variants", {"size": args.size, "variants": variants, "tables": tables}
+        )
         print(f"results: {path}")
         return
     if args.phase == "memory":
@@ -474,10 +512,21 @@ def main() -> None:
         lang: run_lang(lang, size, seeds, work, lang in rerank_langs.split(","))
         for lang in args.langs.split(",")
     }
+    merged = {}
+    if args.merge:
+        # languages not run this time, with their rows as a committed result file holds them
+        earlier = json.loads(Path(args.merge).read_text(encoding="utf-8"))
+        for lang, rows in earlier["results"].items():
+            if lang not in results:
+                results[lang], merged[lang] = rows, args.merge
     tables = {"retrieval": table(results), "targets": targets_table(results)}
+    if merged:
+        for name in tables:
+            tables[name]["notes"] += "; " + ", ".join(f"{lang} rows from {f}" for lang, f in merged.items())
     print_table([dict(zip(tables["retrieval"]["columns"], r)) for r in tables["retrieval"]["rows"]],
                 tables["retrieval"]["columns"])  # fmt: skip
     path = save_results("retrieval", {"size": args.size, "seeds": seeds, "mining": MINING, "sizes": size,
+                                      "reranker": {RERANKER: RERANK_VARIANTS[RERANKER]}, "merged": merged,
                                       "results": results, "tables": tables})  # fmt: skip
     print(f"results: {path}")
 
