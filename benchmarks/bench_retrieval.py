@@ -368,6 +368,42 @@ def training_losses(run_dir: Path) -> dict:
     }
 
 
+def rerank_test(work: Path, size: dict, seeds: list[int], variant: str, lang: str = "en") -> dict:
+    """The hard-negative model with and without the ``variant`` reranker on test, per seed (the
+    models are those of the accuracy phase: same folders, same seeds)."""
+    splits = build_splits(lang, size, work)
+    folder = work / lang
+    mined, labelled = mine(MINILM, folder, size, "n-tuple", 1), mine(MINILM, folder, size, "labeled-pair", 3)
+    results: dict = {}
+    for seed in seeds:
+        run = folder / f"seed{seed}"
+        hard = train_embedding(run / "hardneg", mined, size, seed, "--negative_columns", "negative_1")
+        reranker = train_reranker(
+            run / reranker_folder(variant), labelled, size, seed, *RERANK_VARIANTS[variant]
+        )
+        rows = dict(cached(run / "hardneg-test.json",
+                           lambda hard=hard: {"hardneg": scores(*first(ranked(str(hard), splits["test"], size), "dim384"))}))  # fmt: skip
+        rows.update(cached(reranker.with_name(reranker.name + "-test.json"),
+                           lambda hard=hard, reranker=reranker: rerank_rows(hard, reranker, splits, size)))  # fmt: skip
+        for name, row in rows.items():
+            results.setdefault(name, []).append(row)
+    return results
+
+
+def rerank_test_tables(results: dict, variant: str) -> dict:
+    retrieval = table({"en": results})
+    retrieval["rows"] = [[f"{row[1]} ({variant})" if "reranker" in row[1] else row[1], *row[2:]]
+                         for row in retrieval["rows"]]  # fmt: skip
+    retrieval["columns"] = retrieval["columns"][1:]
+    retrieval["notes"] += "; English"
+    gap = _gap(results["hardneg + reranker"], results["hardneg"])
+    targets = {"columns": ["target", "measured", "spread", "met", "asked", "top k re-ordered (chosen on validation)"],
+               "rows": [["rerank - hard negatives, nDCG@10 (points)", *gap, "> spread",
+                         ", ".join(str(r["rerank_top_k"]) for r in results["hardneg + reranker"])]],
+               "notes": "spread: the larger sample std over seeds of the two rows compared"}  # fmt: skip
+    return {"rerank-test": retrieval, "rerank-test-targets": targets}
+
+
 def variants_table(rows: dict) -> dict:
     losses = ("train_loss", "last_loss")
     return {"columns": ["reranker (validation, English, seed 42)", *METRICS, "training loss: mean", "last logged"],
@@ -489,8 +525,10 @@ def main() -> None:
     parser.add_argument("--work", default=None, help="cache folder (default: /tmp/bench-retrieval-<size>)")
     parser.add_argument("--rerank_langs", default=None,
                         help="languages that train and score the reranker (default: all of --langs)")  # fmt: skip
-    parser.add_argument("--phase", choices=("accuracy", "memory", "rerank-variants"), default="accuracy",
-                        help="accuracy: the retrieval table; memory: GradCache's peak memory vs plain batches")  # fmt: skip
+    parser.add_argument("--phase", choices=("accuracy", "memory", "rerank-variants", "rerank-test"), default="accuracy",
+                        help="accuracy: the retrieval table; memory: GradCache's peak memory vs plain batches; "
+                             "rerank-variants: reranker training variants on validation; rerank-test: one variant "
+                             "(--variants NAME) on test")  # fmt: skip
     parser.add_argument("--merge", default=None,
                         help="a retrieval-*.json whose languages not in --langs join the tables (marked in the notes)")  # fmt: skip
     parser.add_argument("--variants", default="all",
@@ -512,6 +550,18 @@ def main() -> None:
         path = save_results(
             "retrieval-rerank-variants", {"size": args.size, "variants": variants, "tables": tables}
         )
+        print(f"results: {path}")
+        return
+    if args.phase == "rerank-test":
+        variant = args.variants if args.variants != "all" else RERANKER
+        if variant not in RERANK_VARIANTS:
+            parser.error(f"--variants: rerank-test takes one of {list(RERANK_VARIANTS)}, found {variant!r}")
+        results = rerank_test(work, size, seeds, variant)
+        tables = rerank_test_tables(results, variant)
+        print_table([dict(zip(tables["rerank-test"]["columns"], r)) for r in tables["rerank-test"]["rows"]],
+                    tables["rerank-test"]["columns"])  # fmt: skip
+        path = save_results("retrieval-rerank-test", {"size": args.size, "seeds": seeds, "mining": MINING,
+                                                      "variant": {variant: RERANK_VARIANTS[variant]}, "results": results, "tables": tables})  # fmt: skip
         print(f"results: {path}")
         return
     if args.phase == "memory":
