@@ -301,9 +301,10 @@ def table(all_results: dict) -> dict:
 #: Variant name -> extra ``pair train`` flags (after the benchmark's batch 32 and 1 epoch), tried
 #: after the first reranker scored below the bi-encoder it re-orders. English, seed 42, validation
 #: questions only. The first reranker's training loss stayed at the label prior's entropy (1
-#: positive in 4 rows: 0.56): 188 steps of batch 32 taught it next to nothing. The pair task's own rule would have picked batch 8 here (fewer than 500 steps at 16,
-#: docs: "How each default was chosen"), so the later variants take 4x the steps that way, and one
-#: also weighs the rare positive label up; the last trains 3 epochs (12x the defaults' steps).
+#: positive in 4 rows: 0.56): 188 steps of batch 32 taught it next to nothing. The pair task's own
+#: rule would have picked batch 8 here (fewer than 500 steps at 16, docs: "How each default was
+#: chosen"), so the later variants take 4x the steps that way, and one also weighs the rare
+#: positive label up; the last trains 3 epochs (12x the defaults' steps).
 RERANK_VARIANTS = {
     "batch 32 (cls pooling)": [],
     "batch 32, mean pooling": ["--pooling", "mean"],
@@ -520,6 +521,13 @@ def targets_table(all_results: dict) -> dict:
                      "the per-seed ratio"}  # fmt: skip
 
 
+def report(kind: str, shown: str, payload: dict) -> None:
+    """Print the table ``shown`` of ``payload["tables"]`` and save ``payload`` as ``<kind>-<time>.json``."""
+    t = payload["tables"][shown]
+    print_table([dict(zip(t["columns"], r)) for r in t["rows"]], t["columns"])
+    print(f"results: {save_results(kind, payload)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="quick")
@@ -547,13 +555,12 @@ def main() -> None:
         if unknown:
             parser.error(f"--variants: unknown {unknown}; expected names from {list(RERANK_VARIANTS)}")
         tables = {"rerank-variants": variants_table(rerank_variants(work, size, names))}
-        print_table([dict(zip(tables["rerank-variants"]["columns"], r)) for r in tables["rerank-variants"]["rows"]],
-                    tables["rerank-variants"]["columns"])  # fmt: skip
         variants = {n: RERANK_VARIANTS[n] for n in names}
-        path = save_results(
-            "retrieval-rerank-variants", {"size": args.size, "variants": variants, "tables": tables}
+        report(
+            "retrieval-rerank-variants",
+            "rerank-variants",
+            {"size": args.size, "variants": variants, "tables": tables},
         )
-        print(f"results: {path}")
         return
     if args.phase == "rerank-test":
         variant = args.variants if args.variants != "all" else RERANKER
@@ -561,19 +568,17 @@ def main() -> None:
             parser.error(f"--variants: rerank-test takes one of {list(RERANK_VARIANTS)}, found {variant!r}")
         results = rerank_test(work, size, seeds, variant)
         tables = rerank_test_tables(results, variant)
-        print_table([dict(zip(tables["rerank-test"]["columns"], r)) for r in tables["rerank-test"]["rows"]],
-                    tables["rerank-test"]["columns"])  # fmt: skip
-        path = save_results("retrieval-rerank-test", {"size": args.size, "seeds": seeds, "mining": MINING,
-                                                      "variant": {variant: RERANK_VARIANTS[variant]}, "results": results, "tables": tables})  # fmt: skip
-        print(f"results: {path}")
+        report("retrieval-rerank-test", "rerank-test", {"size": args.size, "seeds": seeds, "mining": MINING,
+                                                        "variant": {variant: RERANK_VARIANTS[variant]},
+                                                        "results": results, "tables": tables})  # fmt: skip
         return
     if args.phase == "memory":
         runs = measure_memory(work, max_length=128)
-        tables = {"gradcache-memory": memory_table(runs)}
-        print_table([dict(zip(tables["gradcache-memory"]["columns"], r)) for r in tables["gradcache-memory"]["rows"]],
-                    tables["gradcache-memory"]["columns"])  # fmt: skip
-        path = save_results("retrieval-memory", {"runs": runs, "tables": tables})
-        print(f"results: {path}")
+        report(
+            "retrieval-memory",
+            "gradcache-memory",
+            {"runs": runs, "tables": {"gradcache-memory": memory_table(runs)}},
+        )
         return
     rerank_langs = args.langs if args.rerank_langs is None else args.rerank_langs
     results = {
@@ -591,12 +596,9 @@ def main() -> None:
     if merged:
         for name in tables:
             tables[name]["notes"] += "; " + ", ".join(f"{lang} rows from {f}" for lang, f in merged.items())
-    print_table([dict(zip(tables["retrieval"]["columns"], r)) for r in tables["retrieval"]["rows"]],
-                tables["retrieval"]["columns"])  # fmt: skip
-    path = save_results("retrieval", {"size": args.size, "seeds": seeds, "mining": MINING, "sizes": size,
+    report("retrieval", "retrieval", {"size": args.size, "seeds": seeds, "mining": MINING, "sizes": size,
                                       "reranker": {RERANKER: RERANK_VARIANTS[RERANKER]}, "merged": merged,
                                       "results": results, "tables": tables})  # fmt: skip
-    print(f"results: {path}")
 
 
 if __name__ == "__main__":
