@@ -40,7 +40,7 @@ help:  ## List the targets
 	@echo "  Variables: TASK=$(TASK) RECIPE=$(RECIPE) ACCEL=<recipes/accelerate name> ARGS=\"--flag value\" TORCH_SPEC=$(TORCH_SPEC)"
 
 # Makefile too: a new extra in the install line reaches existing environments (pip only adds what is missing).
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"

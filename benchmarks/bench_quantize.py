@@ -244,7 +244,7 @@ def predict_speeds(setup: Setup, run_dir: Path, int8_dir: Path, records: list, a
 
 def bench_task(name: str, args, work: Path) -> dict:
     """One row: train (or reuse) the task's run, quantize it, time the predict path."""
-    from encoder_tasks.quantization import quantize_run
+    from encoder_tasks.commands.quantize import quantize_run
 
     setup = SETUPS[name]
     task = setup.task

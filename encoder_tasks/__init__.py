@@ -23,7 +23,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-#: Public name -> the module that defines it (imported on first use).
+#: Public name -> the module that defines it, or ``module:name`` (imported on first use).
 _EXPORTS = {
     # one call per action (encoder_tasks/api/)
     "train": "encoder_tasks.api",
@@ -43,7 +43,8 @@ _EXPORTS = {
     "ModelArguments": "encoder_tasks.config",
     "DataArguments": "encoder_tasks.config",
     "parse_args": "encoder_tasks.config",
-    "load_encoder": "encoder_tasks.backbone",
+    # a checkpoint, or the fine-tuned encoder inside a saved run
+    "load_encoder": "encoder_tasks.heads:load_starting_encoder",
     "load_tokenizer": "encoder_tasks.backbone",
     "read_file": "encoder_tasks.data",
     "TASKS": "encoder_tasks.registry",
@@ -79,7 +80,8 @@ export.__class__ = _CallableModule
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        module, _, attribute = _EXPORTS[name].partition(":")
+        return getattr(importlib.import_module(module), attribute or name)
     raise AttributeError(f"module 'encoder_tasks' has no attribute {name!r}")
 
 

@@ -1,8 +1,9 @@
-"""The one place where encoders and tokenizers are loaded.
+"""The one place where transformers checkpoints (encoders and tokenizers) are loaded.
 
 A model can be named by
-- a local directory (a transformers checkpoint, or a run saved by this toolkit, whose
-  encoder is then taken out so any task can start from it),
+- a local directory holding a transformers checkpoint (a run saved by this toolkit is a
+  checkpoint too for its tokenizer and config; starting from its fine-tuned encoder is the
+  caller's choice: :func:`encoder_tasks.heads.load_starting_encoder`),
 - a Hub id; if a pip package that carries the same weights is installed (see
   :data:`LOCAL_MIRRORS`), the weights come from that package and nothing is downloaded.
 """
@@ -10,17 +11,13 @@ A model can be named by
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
-from pathlib import Path
 
+from .artifact import read_task_metadata
 from .errors import UserError
 
 logger = logging.getLogger(__name__)
-
-#: Metadata file written beside every model this toolkit saves.
-TASK_FILE = "encoder_tasks.json"
 
 #: Hub ids whose weights an installed pip package also carries: (module, function).
 LOCAL_MIRRORS = {
@@ -52,17 +49,6 @@ def resolve_model_path(name_or_path: str) -> str:
     if os.path.sep in name_or_path and name_or_path.startswith((".", "/", "~")):
         raise UserError(f"model {name_or_path!r}: no such directory")
     return name_or_path
-
-
-def read_task_metadata(path: str | os.PathLike) -> dict | None:
-    """Return the toolkit metadata of a saved run directory, or None for a plain checkpoint."""
-    meta = Path(path) / TASK_FILE
-    if not meta.is_file():
-        return None
-    try:
-        return json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{meta}: not readable as JSON ({exc}); the model directory is damaged") from exc
 
 
 def _check_model_dir(path: str) -> None:
@@ -112,10 +98,8 @@ def position_limit(config) -> int | None:
 
 
 def load_encoder(name_or_path: str, **kwargs):
-    """Load the bare encoder (``AutoModel``) with its pretrained weights.
+    """Load the bare encoder (``AutoModel``) of a transformers checkpoint with its weights.
 
-    A directory saved by this toolkit yields the fine-tuned encoder inside it, so a model
-    adapted with MLM (or trained on any task) is the starting point for another task.
     ``attn_implementation`` (e.g. ``flash_attention_2``) picks the attention kernel; None
     leaves transformers' default.
 
@@ -131,15 +115,11 @@ def load_encoder(name_or_path: str, **kwargs):
     path = resolve_model_path(name_or_path)
     _check_model_dir(path)
     if read_task_metadata(path) is not None:
-        from .heads import EncoderWithHead
-
-        encoder = EncoderWithHead.load_encoder_from_run(path)
-        if attention:
-            try:
-                encoder.set_attn_implementation(attention)
-            except (ImportError, ValueError) as exc:
-                raise UserError(f"--attn_implementation {attention}: {_first_line(exc)}") from exc
-        return encoder
+        # Its weights are named encoder.* beside the head's: AutoModel would start from random weights.
+        raise UserError(
+            f"{name_or_path} is a run saved by encoder-tasks, not a transformers checkpoint; start from "
+            "its encoder with encoder_tasks.load_encoder (encoder_tasks.heads.load_starting_encoder)"
+        )
     if attention:
         kwargs["attn_implementation"] = attention
     try:
@@ -152,6 +132,14 @@ def load_encoder(name_or_path: str, **kwargs):
         if attention and ("attn" in str(exc).lower() or "attention" in str(exc).lower()):
             raise UserError(f"--attn_implementation {attention}: {_first_line(exc)}") from exc
         raise UserError(f"model {name_or_path!r} could not be loaded: {_first_line(exc)}") from exc
+
+
+def check_attention(encoder, attention: str) -> None:
+    """Switch a loaded ``encoder`` to the attention kernel ``attention``, or say why it cannot."""
+    try:
+        encoder.set_attn_implementation(attention)
+    except (ImportError, ValueError) as exc:
+        raise UserError(f"--attn_implementation {attention}: {_first_line(exc)}") from exc
 
 
 def load_tokenizer(name_or_path: str, **kwargs):

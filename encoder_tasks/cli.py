@@ -19,14 +19,15 @@ import sys  # noqa: E402
 
 from .errors import UserError  # noqa: E402
 from .registry import TASKS  # noqa: E402
+from .saved import task_named  # noqa: E402
 
 ACTIONS = ("train", "evaluate", "predict", "search", "distill")
 TOOLS = {
     "recipes": ("encoder_tasks.recipes", "main"),
-    "export": ("encoder_tasks.export", "main"),
+    "export": ("encoder_tasks.commands.export", "main"),
     "plot": ("encoder_tasks.reporting.plots", "main"),
     "serve": ("encoder_tasks.serving.cli", "main"),
-    "quantize": ("encoder_tasks.quantization", "main"),
+    "quantize": ("encoder_tasks.commands.quantize", "main"),
 }
 
 
@@ -61,9 +62,7 @@ def _run(argv: list[str]) -> int:
         module_name, function = TOOLS[argv[0]]
         return getattr(importlib.import_module(module_name), function)(argv[1:])
     task_name, rest = argv[0], argv[1:]
-    if task_name not in TASKS:
-        raise UserError(f"unknown task {task_name!r}; choose one of: {', '.join(TASKS)}")
-    task = TASKS[task_name]
+    task = task_named(task_name)
     own_actions = {k: v for k, v in task.extra_actions().items() if k not in ACTIONS}  # shared ones win
     if not rest or (rest[0] not in ACTIONS and rest[0] not in own_actions):
         found = rest[0] if rest else "nothing"

@@ -29,10 +29,19 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .backbone import TASK_FILE, read_task_metadata
+from .adapters import add_lora
+from .artifact import (
+    SETTINGS_FORMAT,
+    TASK_FILE,
+    WEIGHTS_FILE,
+    TaskSettings,
+    load_settings,
+    read_task_metadata,
+)
+from .backbone import check_attention, load_encoder, resolve_model_path
 from .errors import UserError
-
-WEIGHTS_FILE = "model.safetensors"
+from .padding_free import encode_unpadded
+from .quantization.int8 import int8_skeleton
 
 
 class Pooler(nn.Module):
@@ -104,6 +113,9 @@ class EncoderWithHead(nn.Module):
     """
 
     task: str = ""
+    #: The :class:`~encoder_tasks.artifact.TaskSettings` subclass saved with this head: a saved
+    #: model is rebuilt from the head class its ``encoder_tasks.json`` names, with these settings.
+    Settings: type[TaskSettings] = TaskSettings
     # Heads average their loss over their own batch. Without this, the Trainer sees
     # ``**kwargs`` in ``forward``, assumes the model normalises by the global item count, and
     # multiplies the loss by the number of processes.
@@ -156,8 +168,6 @@ class EncoderWithHead(nn.Module):
             if key in self._encoder_accepts and value is not None:
                 inputs[key] = value
         if self.padding_free and attention_mask is not None:
-            from .padding_free import encode_unpadded
-
             return encode_unpadded(self.encoder, inputs)
         return self.encoder(**inputs, return_dict=True).last_hidden_state
 
@@ -184,8 +194,6 @@ class EncoderWithHead(nn.Module):
             tensors[name] = tensor.detach().contiguous().cpu()
         _atomic_write(output_dir / WEIGHTS_FILE, lambda p: save_file(tensors, str(p), {"format": "pt"}))
         _atomic_write(output_dir / "config.json", lambda p: self.encoder.config.to_json_file(str(p)))
-        from .task import SETTINGS_FORMAT
-
         metadata = {
             "format_version": SETTINGS_FORMAT,
             "task": self.task,
@@ -197,45 +205,44 @@ class EncoderWithHead(nn.Module):
         _atomic_write(output_dir / TASK_FILE, lambda p: p.write_text(text, encoding="utf-8"))
 
     @classmethod
+    def from_settings(cls, encoder: nn.Module, settings: TaskSettings, training=None) -> EncoderWithHead:
+        """The head on ``encoder``, built from its saved ``settings`` (``training``: inputs that
+        matter only in training, such as class weights); a head with constructor arguments of
+        its own overrides this."""
+        model = cls(encoder)
+        model.settings = settings
+        return model
+
+    @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> EncoderWithHead:
         """Rebuild a saved model (any task) from its directory; no network access needed.
+
+        The head class is the one ``encoder_tasks.json`` names (``head_class``), built from the
+        settings it saved (format 2) or from its constructor arguments (format 1), as
+        sentence-transformers rebuilds a model from the classes in its ``modules.json``: no
+        task registry is needed to open a saved model.
 
         Example:
             >>> model = EncoderWithHead.from_pretrained("runs/classification-sst2")  # doctest: +SKIP
         """
-        from .registry import TASKS
-
         path = str(path)
         metadata = read_task_metadata(path)
         if metadata is None:
             raise UserError(f"{path}: not a model saved by encoder-tasks (no {TASK_FILE} found)")
-        task = TASKS.get(metadata.get("task"))
-        if task is None:
-            raise UserError(f"{path}/{TASK_FILE}: unknown task {metadata.get('task')!r}")
-        # Format 2 builds the head from its settings (through the task); format 1, or a head
-        # built by hand without settings, from the head class and its constructor arguments.
-        head_cls = (
-            None if metadata.get("settings") else _import_head_class(metadata.get("head_class", ""), path)
-        )
-        if head_cls is not None and cls is not EncoderWithHead and not issubclass(head_cls, cls):
+        head_cls = import_head_class(metadata.get("head_class", ""), path)
+        if cls is not EncoderWithHead and not issubclass(head_cls, cls):
             raise UserError(f"{path} holds a {metadata.get('task')!r} model, not a {cls.task!r} model")
-        settings = task.load_settings(metadata)
+        settings = load_settings(head_cls.Settings, metadata)
         encoder = _encoder_from_config(path)
         if settings.lora:  # a LoRA checkpoint: adapters stored apart, re-inject before loading
-            from .adapters import add_lora
-
             add_lora(encoder, settings.lora)
-        if head_cls is None:
-            model = task.build_model(encoder, settings)
-        else:
-            model = head_cls(encoder, **metadata.get("head_config", {}))
-        if cls is not EncoderWithHead and not isinstance(model, cls):
-            raise UserError(f"{path} holds a {metadata.get('task')!r} model, not a {cls.task!r} model")
+        if metadata.get("settings"):
+            model = head_cls.from_settings(encoder, settings)
+        else:  # format 1, or a head built by hand without settings: its constructor arguments
+            model = head_cls(encoder, **(metadata.get("head_config") or {}))
         model.settings = settings
         quantization = settings.get("quantization")
         if quantization:  # written by `encoder-tasks quantize`: int8 layers load into their places
-            from .quantization.int8 import int8_skeleton
-
             int8_skeleton(model, quantization, f"{path}/{TASK_FILE}")
         model.load_weights(path)
         model.eval()
@@ -279,18 +286,49 @@ def _is_tied_copy(model: nn.Module, name: str, state: dict) -> bool:
     )
 
 
-def _import_head_class(spec: str, path: str) -> type[EncoderWithHead]:
-    module_name, _, qualname = spec.partition(":")
-    if not module_name.startswith("encoder_tasks.") or not qualname:
-        raise UserError(f"{path}/{TASK_FILE}: unknown head class {spec!r}")
-    # Format 1 named a task's module (``encoder_tasks.tasks.ner:TokenTagger``); the heads now live
-    # in each task package's ``model`` module, so that is looked in as well.
+def import_head_class(spec: str, path: str) -> type[EncoderWithHead]:
+    """The head class ``module:QualName`` that a saved model's ``encoder_tasks.json`` names.
+
+    Only an :class:`EncoderWithHead` subclass is accepted; nothing else named in a file is
+    used. Format 1 named a task's package (``encoder_tasks.tasks.ner:TokenTagger``); the heads
+    now live in each task package's ``model`` module, so that is looked in as well.
+
+    Example:
+        >>> import_head_class("encoder_tasks.heads:EncoderWithHead", "run").__name__
+        'EncoderWithHead'
+    """
+    module_name, _, qualname = str(spec).partition(":")
+    if not module_name or not qualname:
+        raise UserError(f"{path}/{TASK_FILE}: head_class {spec!r} is not of the form 'module:Class'")
     for candidate in (module_name, f"{module_name}.model"):
         try:
-            return getattr(importlib.import_module(candidate), qualname)
+            found = getattr(importlib.import_module(candidate), qualname)
         except (ImportError, AttributeError):
             continue
+        if isinstance(found, type) and issubclass(found, EncoderWithHead):
+            return found
+        raise UserError(f"{path}/{TASK_FILE}: head_class {spec!r} is not a head (an EncoderWithHead)")
     raise UserError(f"{path}/{TASK_FILE}: head class {spec!r} not found in this version")
+
+
+def load_starting_encoder(name_or_path: str, **kwargs) -> nn.Module:
+    """The encoder a run starts from: the fine-tuned encoder inside a run this toolkit saved
+    (so a model adapted with MLM, or trained on any task, starts another task), else the
+    checkpoint's pretrained encoder (:func:`encoder_tasks.backbone.load_encoder`).
+
+    Example:
+        >>> from encoder_tasks.testing import make_tiny_model
+        >>> load_starting_encoder(make_tiny_model("bert")).config.hidden_size
+        32
+    """
+    path = resolve_model_path(name_or_path)
+    if read_task_metadata(path) is None:
+        return load_encoder(path, **kwargs)
+    encoder = EncoderWithHead.load_encoder_from_run(path)
+    attention = kwargs.get("attn_implementation")
+    if attention:
+        check_attention(encoder, attention)
+    return encoder
 
 
 def _encoder_from_config(path: str) -> nn.Module:

@@ -181,11 +181,11 @@ def search(task_name: str, model_args, data_args, task_args, training_args, sear
     except ImportError:
         raise UserError("search needs optuna: pip install 'encoder-tasks[search]'") from None
     from .outputs import check_output_dir
-    from .registry import TASKS
     from .reporting.tracking import JsonLinesLogger
     from .run import build_training, make_trainer
+    from .saved import task_named
 
-    task = TASKS[task_name]
+    task = task_named(task_name)
     space = parse_space(search_args)
     if "per_device_train_batch_size" in space and getattr(training_args, "max_tokens_per_batch", None):
         raise UserError(
@@ -294,10 +294,10 @@ def _log_table(result: dict) -> None:
 def main(task_name: str, flags: list[str], prog: str) -> int:
     """``encoder-tasks <task> search``: parse the flags (recipe keys too) and run the search."""
     from .config import DataArguments, ModelArguments, parse_args
-    from .registry import TASKS
+    from .saved import task_named
     from .training_args import EncoderTrainingArguments
 
-    task = TASKS[task_name]
+    task = task_named(task_name)
     parsed = parse_args(
         [ModelArguments, DataArguments, task.Arguments, EncoderTrainingArguments, SearchArguments],
         flags,

@@ -21,28 +21,21 @@ from typing import Any
 
 from .errors import UserError
 from .inputs import InputError, record_texts
+from .saved import open_saved, task_named
 
 logger = logging.getLogger(__name__)
 
 
 def task_of(model_dir: str | Path) -> str:
     """The task a saved model was trained for; a folder without ``encoder_tasks.json`` that
-    holds a sentence-transformers model or a bare encoder serves as an embedding model.
+    holds a sentence-transformers model or a bare encoder serves as an embedding model
+    (:func:`encoder_tasks.saved.open_saved`).
 
     Example:
         >>> task_of("runs/sst2")  # doctest: +SKIP
         'classification'
     """
-    from .backbone import resolve_model_path
-    from .settings import read_saved_settings
-
-    path = resolve_model_path(str(model_dir))
-    task_name, _ = read_saved_settings(path)
-    if task_name is not None:
-        return task_name
-    if (Path(path) / "config.json").is_file():
-        return "embedding"  # the embedding task loads any encoder (mean pooling) or ST folder
-    raise UserError(f"{model_dir}: not a saved model (no encoder_tasks.json and no config.json)")
+    return open_saved(model_dir).task.name
 
 
 @dataclasses.dataclass
@@ -59,12 +52,8 @@ class Predictor:
     def load(cls, model_dir: str | Path, task: str | None = None, **flags: Any) -> Predictor:
         """Load ``model_dir``; ``flags`` are ``predict``'s flags (``batch_size=32``,
         ``precision="fp32"``, ``top_k=3``), unknown ones refused by name."""
-        from .registry import TASKS
-
-        task_name = task or task_of(model_dir)
-        if task_name not in TASKS:
-            raise UserError(f"unknown task {task_name!r}; choose one of: {', '.join(TASKS)}")
-        task_obj = TASKS[task_name]
+        task_obj = task_named(task) if task else open_saved(model_dir).task
+        task_name = task_obj.name
         known = {f.name for f in dataclasses.fields(task_obj.PredictArguments)}
         unknown = sorted(set(flags) - known)
         if unknown:

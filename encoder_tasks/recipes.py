@@ -141,11 +141,10 @@ def copy_recipe(name: str, dest: str, root: Path | None = None) -> Path:
 
 def _task_of(path: Path, task: str | None) -> list[str]:
     from .registry import TASKS
+    from .saved import task_named
 
     if task:
-        if task not in TASKS:
-            raise UserError(f"--task {task!r}: unknown task; choose one of {', '.join(TASKS)}")
-        return [task]
+        return [task_named(task, where="--task").name]
     for part in reversed(path.resolve().parts[:-1]):
         if part in TASKS:
             return [part]

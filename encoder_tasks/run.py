@@ -125,7 +125,8 @@ def build_training(task: Task, model_args, data_args, task_args, training_args) 
     from transformers import set_seed
 
     from .adapters import apply_lora
-    from .backbone import load_encoder, load_tokenizer
+    from .backbone import load_tokenizer
+    from .heads import load_starting_encoder
     from .padding_free import configure_padding_free
     from .training_args import resolve_batch_size
 
@@ -140,10 +141,16 @@ def build_training(task: Task, model_args, data_args, task_args, training_args) 
     splits = load_task_splits(task, data_args, task_args, ("train",), training_args.seed)
     prepared = task.prepare(splits, tokenizer, task_args, data_args)
     prepared.settings = prepared.settings.replace(base_model=model_args.model_name_or_path)
-    resolve_batch_size(training_args, task.name, len(prepared.train))  # --auto_batch_size
+    resolve_batch_size(  # --auto_batch_size
+        training_args,
+        task.name,
+        len(prepared.train),
+        auto_batch=task.auto_batch_size,
+        token_budget_refusal=task.trainer_class().token_budget_refusal,
+    )
 
     def model_init(trial=None):
-        encoder = load_encoder(
+        encoder = load_starting_encoder(
             model_args.model_name_or_path,
             trust_remote_code=model_args.trust_remote_code,
             attn_implementation=model_args.attn_implementation,
@@ -173,12 +180,12 @@ def train(task_name: str | Task, model_args, data_args, task_args, training_args
     from transformers import set_seed
 
     from .adapters import merge_model_lora
-    from .registry import TASKS
     from .reporting.run_report import report_run
     from .reporting.tracking import JsonLinesLogger, PredictionRecorder
+    from .saved import task_named
 
     # A Task object trains as itself (distillation wraps the registered task's hooks).
-    task = task_name if isinstance(task_name, Task) else TASKS[task_name]
+    task = task_name if isinstance(task_name, Task) else task_named(task_name)
     task_name = task.name
     check_output_dir(training_args)
     resume_from = find_resume_checkpoint(training_args) if training_args.resume else None
@@ -252,10 +259,10 @@ def evaluate(task_name: str, model_args, data_args, task_args, training_args) ->
     """
     from .backbone import load_tokenizer, resolve_model_path
     from .heads import EncoderWithHead
-    from .registry import TASKS
+    from .saved import task_named
     from .settings import resolve_all
 
-    task = TASKS[task_name]
+    task = task_named(task_name)
     model_dir = resolve_model_path(model_args.model_name_or_path)
     model = EncoderWithHead.from_pretrained(model_dir)
     if model.task != task_name:

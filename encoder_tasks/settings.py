@@ -91,19 +91,3 @@ def resolve_all(arg_objects, saved, *, skip: tuple[str, ...] = ()) -> dict[str, 
         if args is not None and dataclasses.is_dataclass(args):
             changed.update(resolve(args, saved, skip=skip))
     return changed
-
-
-def read_saved_settings(path) -> tuple[str | None, Any]:
-    """``(task name, typed settings)`` of the model saved in ``path`` (any format version),
-    without building the model; ``(None, None)`` where ``path`` holds no saved model."""
-    from .backbone import read_task_metadata
-    from .errors import UserError
-    from .registry import TASKS
-
-    metadata = read_task_metadata(path)
-    if metadata is None:
-        return None, None
-    task = TASKS.get(metadata.get("task"))
-    if task is None:
-        raise UserError(f"{path}: unknown task {metadata.get('task')!r} in its encoder_tasks.json")
-    return task.name, task.load_settings(metadata)

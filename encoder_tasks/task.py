@@ -34,23 +34,20 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from .artifact import FILE_KEYS, SETTINGS_FORMAT, TaskSettings, load_settings, read_task_metadata
 from .errors import UserError
+
+# The settings schema and its file format live with the artifact (the bottom layer), so heads
+# and exports read a saved model without the contract; they are named here too, for tasks.
+__all__ = ["FILE_KEYS", "SETTINGS_FORMAT", "MetricsFunction", "Prepared", "Task", "TaskSettings"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .data import Split
     from .heads import EncoderWithHead
-
-#: Version of the ``encoder_tasks.json`` schema written by this code. Version 1 (a flat dict of
-#: metadata plus ``head_config``) still loads: see :meth:`TaskSettings.from_format1`.
-SETTINGS_FORMAT = 2
-
-#: Keys of ``encoder_tasks.json`` that describe the file, not the task's settings.
-FILE_KEYS = ("format_version", "task", "head_class", "head_config", "settings")
 
 
 class MetricsFunction(Protocol):
@@ -58,63 +55,6 @@ class MetricsFunction(Protocol):
     ``{name: number}`` out (the Trainer prefixes ``eval_``)."""
 
     def __call__(self, eval_pred: Any) -> dict[str, float]: ...
-
-
-@dataclass(frozen=True)
-class TaskSettings:
-    """The settings saved with a model: the typed schema of ``encoder_tasks.json``.
-
-    Each task subclasses it with its own fields (label names, columns, window sizes, head
-    settings). A field that mirrors a command-line flag has the flag's name, so
-    :func:`encoder_tasks.settings.resolve` can fill every flag the user left unset from the
-    saved model. Instances are frozen: a change (a tuned threshold) makes a new one with
-    :meth:`replace`.
-
-    Example:
-        >>> s = TaskSettings(max_length=128).replace(base_model="bert-base-uncased")
-        >>> TaskSettings.from_dict(s.to_dict()) == s
-        True
-    """
-
-    max_length: int | None = None
-    #: The encoder the run started from (a Hub id or a path).
-    base_model: str | None = None
-    #: LoRA adapters stored apart from the encoder (a checkpoint of a ``--lora_r`` run).
-    lora: dict | None = None
-    #: After training the adapters are merged in; this records how.
-    lora_merged: str | None = None
-    #: Keys this version does not know (a newer writer): kept, so re-saving loses nothing.
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict (``extra`` flattened back in)."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        return {**dict(self.extra), **data}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TaskSettings:
-        """Build from a saved dict; unknown keys go to :attr:`extra`."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names and k not in FILE_KEYS}
-        return cls(**known, extra=extra)
-
-    @classmethod
-    def from_format1(cls, metadata: Mapping[str, Any]) -> TaskSettings:
-        """Read a format-1 file: flat metadata plus the head's constructor arguments.
-
-        A task whose head arguments were named differently from its settings overrides this.
-        """
-        return cls.from_dict({**dict(metadata.get("head_config") or {}), **dict(metadata)})
-
-    def replace(self, **changes: Any) -> TaskSettings:
-        return dataclasses.replace(self, **changes)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """A setting by name, whether a field or an unknown key kept in :attr:`extra`."""
-        if name in {f.name for f in dataclasses.fields(self)} - {"extra"}:
-            return getattr(self, name)
-        return self.extra.get(name, default)
 
 
 @dataclass
@@ -142,7 +82,11 @@ class Task:
       :class:`encoder_tasks.config.PredictArguments`);
     - ``Settings``: the :class:`TaskSettings` subclass saved with the model;
     - ``objectives``: the evaluation metrics ``search`` optimises, most specific first;
-    - ``onnx_outputs``: the ONNX graph's outputs, each with its dynamic axes.
+    - ``onnx_outputs``: the ONNX graph's outputs, each with its dynamic axes;
+    - ``auto_batch_size``: ``--auto_batch_size`` may lower the batch on small data (the batch
+      only sets the optimiser's noise; not so where batches are each other's negatives, or
+      for MLM's packed blocks). Why a task refuses ``--max_tokens_per_batch`` is its trainer's
+      ``token_budget_refusal``.
     """
 
     name: ClassVar[str] = ""
@@ -152,6 +96,7 @@ class Task:
     Settings: ClassVar[type[TaskSettings]] = TaskSettings
     objectives: ClassVar[tuple[str, ...]] = ("eval_loss",)
     onnx_outputs: ClassVar[Mapping[str, tuple[str, ...]]] = {"logits": ("batch", "sequence")}
+    auto_batch_size: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"<task {self.name}>"
@@ -186,15 +131,7 @@ class Task:
 
     def load_settings(self, metadata: Mapping[str, Any]) -> TaskSettings:
         """The typed settings from an ``encoder_tasks.json`` of any format version."""
-        version = metadata.get("format_version", 1)
-        if version == 1:
-            return self.Settings.from_format1(metadata)
-        if version == SETTINGS_FORMAT:
-            return self.Settings.from_dict(metadata.get("settings") or {})
-        raise UserError(
-            f"encoder_tasks.json format {version!r} is newer than this version of encoder-tasks "
-            f"reads (up to {SETTINGS_FORMAT}); upgrade encoder-tasks"
-        )
+        return load_settings(self.Settings, metadata)
 
     # ---- training --------------------------------------------------------------------------
     def trainer_class(self) -> type:
@@ -248,9 +185,10 @@ class Task:
         loading the model (the driver of a Ray run reads files, the replicas hold the model);
         returns the saved settings, ``None`` for a model saved elsewhere."""
         from .backbone import resolve_model_path
-        from .settings import read_saved_settings, resolve
+        from .settings import resolve
 
-        _, settings = read_saved_settings(resolve_model_path(args.model_dir))
+        metadata = read_task_metadata(resolve_model_path(args.model_dir))
+        settings = self.load_settings(metadata) if metadata is not None else None
         if settings is not None:
             resolve(args, settings)
         return settings

@@ -192,6 +192,9 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
         True
     """
 
+    #: Why this trainer cannot take ``--max_tokens_per_batch`` (``None``: it can).
+    token_budget_refusal: str | None = None
+
     def __init__(self, *args, task_settings=None, task_args=None, **kwargs):
         super().__init__(*args, **kwargs)
         #: The task's saved settings (:class:`~encoder_tasks.task.TaskSettings`) and its flags:
@@ -205,7 +208,7 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
             model = (
                 self.accelerator.unwrap_model(self.model, keep_torch_compile=False) if self.model else None
             )
-            check_token_budget(self.args, getattr(model, "task", ""))
+            check_token_budget(self.args, getattr(model, "task", ""), self.token_budget_refusal)
 
     @property
     def _data_seed(self) -> int:

@@ -196,44 +196,37 @@ class EncoderTrainingArguments(TrainingArguments):
 #: of benchmarks/README.md ("How each default was chosen").
 MIN_STEPS = 500
 SMALL_BATCH = 8
-#: Tasks whose batch only sets the optimiser's noise. Embedding batches are also each other's
-#: negatives and MLM trains on packed blocks, so they keep the batch they are given.
-AUTO_BATCH_TASKS = ("classification", "pair", "ner", "qa")
-
-#: Tasks that refuse ``--max_tokens_per_batch``, and why. MLM takes it: its loss is a mean over
-#: the masked tokens of the whole step (``num_items_in_batch``) whatever the batches hold, and on
-#: packed blocks of equal length a budget is simply a batch size.
-TOKEN_BUDGET_REFUSED = {
-    "embedding": "its batches are each other's negatives, so a batch whose size follows the texts' length "
-    "would change the loss from step to step (few negatives for long texts); --per_device_train_batch_size "
-    "sets its batch",
-}
 
 
-def check_token_budget(args, task: str) -> None:
-    """Refuse ``--max_tokens_per_batch`` for a task in :data:`TOKEN_BUDGET_REFUSED`.
+def check_token_budget(args, task: str, refusal: str | None) -> None:
+    """Refuse ``--max_tokens_per_batch`` where the task's trainer cannot take one (its
+    ``token_budget_refusal`` says why). MLM takes it: its loss is a mean over the masked tokens
+    of the whole step (``num_items_in_batch``) whatever the batches hold, and on packed blocks
+    of equal length a budget is simply a batch size.
 
     Example:
         >>> from types import SimpleNamespace
-        >>> check_token_budget(SimpleNamespace(max_tokens_per_batch=2048), "ner")
+        >>> check_token_budget(SimpleNamespace(max_tokens_per_batch=2048), "ner", None)
         >>> try:
-        ...     check_token_budget(SimpleNamespace(max_tokens_per_batch=2048), "embedding")
+        ...     check_token_budget(SimpleNamespace(max_tokens_per_batch=2048), "embedding", "negatives")
         ... except Exception as error:
         ...     print(str(error).split(":")[0])
         --max_tokens_per_batch does not apply to embedding
     """
-    reason = TOKEN_BUDGET_REFUSED.get(task)
-    if getattr(args, "max_tokens_per_batch", None) and reason:
+    if getattr(args, "max_tokens_per_batch", None) and refusal:
         from .errors import UserError
 
-        raise UserError(f"--max_tokens_per_batch does not apply to {task}: {reason}")
+        raise UserError(f"--max_tokens_per_batch does not apply to {task}: {refusal}")
 
 
-def resolve_batch_size(args, task: str, train_examples: int) -> int | None:
+def resolve_batch_size(
+    args, task: str, train_examples: int, *, auto_batch: bool, token_budget_refusal: str | None = None
+) -> int | None:
     """Apply ``--auto_batch_size``: batch 8 where the default 16 leaves too few steps.
 
     Only when the user named no batch size (recipe or flag; ``parse_args`` records what was
-    given), for a task in :data:`AUTO_BATCH_TASKS`, without ``--max_steps``, and without
+    given), for a task whose batch only sets the optimiser's noise (``auto_batch``: the task's
+    ``auto_batch_size``), without ``--max_steps``, and without
     ``--max_tokens_per_batch`` (the budget sets each batch then; a task that cannot take one is
     refused here, before a model is loaded). Returns the new batch size, or None when nothing
     changed.
@@ -243,14 +236,14 @@ def resolve_batch_size(args, task: str, train_examples: int) -> int | None:
         >>> args = SimpleNamespace(auto_batch_size=True, given_fields=frozenset(), max_steps=-1,
         ...     per_device_train_batch_size=16, num_train_epochs=2, world_size=1,
         ...     gradient_accumulation_steps=1)
-        >>> resolve_batch_size(args, "pair", 2000), args.per_device_train_batch_size
+        >>> resolve_batch_size(args, "pair", 2000, auto_batch=True), args.per_device_train_batch_size
         (8, 8)
     """
     given = getattr(args, "given_fields", None)
     batch = args.per_device_train_batch_size
     budget = getattr(args, "max_tokens_per_batch", None)
     if budget:
-        check_token_budget(args, task)
+        check_token_budget(args, task, token_budget_refusal)
         overridden = [f"--{name}" for name in ("per_device_train_batch_size", "train_sampling_strategy")]
         overridden = [flag for flag in overridden if given and flag[2:] in given]
         if overridden:
@@ -264,7 +257,7 @@ def resolve_batch_size(args, task: str, train_examples: int) -> int | None:
         not args.auto_batch_size
         or given is None  # built in code, not parsed: the caller chose
         or "per_device_train_batch_size" in given
-        or task not in AUTO_BATCH_TASKS
+        or not auto_batch
         or (args.max_steps or 0) > 0
         or batch <= SMALL_BATCH
     ):

@@ -272,3 +272,14 @@ def cli_records(run, tmp_path: Path, *flags: str) -> list[dict]:
         return [{k: v for k, v in r.items() if k != "id"} for r in read_jsonl(out)]
     records = run_predict(run.task, run.model_dir, run.predict_file, tmp_path / "out.jsonl", *flags)
     return [{k: v for k, v in r.items() if k != "line"} for r in records]
+
+
+def batch_rule(task_name: str) -> dict:
+    """The batch-size rules a task's objects give ``training_args.resolve_batch_size``."""
+    from encoder_tasks.registry import TASKS
+
+    task = TASKS[task_name]
+    return {
+        "auto_batch": task.auto_batch_size,
+        "token_budget_refusal": task.trainer_class().token_budget_refusal,
+    }

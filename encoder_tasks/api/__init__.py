@@ -12,8 +12,7 @@ All of them are importable from ``encoder_tasks`` directly (``encoder_tasks.trai
 
 from __future__ import annotations
 
-from .actions import evaluate, export, load, predict_file, train
+from .actions import Model, Run, evaluate, export, load, predict_file, train
 from .blocks import TaskData, prepare
-from .run import Model, Run
 
 __all__ = ["Model", "Run", "TaskData", "evaluate", "export", "load", "predict_file", "prepare", "train"]

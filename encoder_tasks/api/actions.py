@@ -1,8 +1,9 @@
-"""One call per action: train, evaluate, load, predict_file, export: the CLI's actions from Python.
+"""One call per action: train, evaluate, load, predict_file, export: the CLI's actions from Python,
+and what they return: a trained :class:`Run`, and a loaded :class:`Model` that predicts.
 
 Each call takes the CLI's flag names as keyword settings (and ``config=`` a recipe), parses them
 with the CLI's own parser and runs the CLI's own code (:mod:`encoder_tasks.run`, the task's
-``predict``, :func:`encoder_tasks.export.export_model`), so a run made from Python and one made
+``predict``, :func:`encoder_tasks.commands.export.export_model`), so a run made from Python and one made
 by ``encoder-tasks <task> train`` with the same settings are the same run: the same files, the
 same metrics for the same seed, the same predictions. Errors are
 :class:`~encoder_tasks.errors.UserError` with the CLI's one-line message.
@@ -15,17 +16,17 @@ folder the call owns and removes when it returns; ``run_config.json`` records th
 from __future__ import annotations
 
 import contextlib
-import difflib
+import json
 import logging
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from .inputs import data_file
-from .run import Model, Run
+from .inputs import data_file, to_records
 
 logger = logging.getLogger(__name__)
 
@@ -36,13 +37,9 @@ FILE_FLAGS = ("model_dir", "input_file", "output_file", "overwrite_output")
 
 
 def _task(name: str):
-    from ..registry import TASKS
+    from ..saved import task_named
 
-    if name not in TASKS:
-        close = difflib.get_close_matches(str(name), list(TASKS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UserError(f"unknown task {name!r}{hint}; choose one of: {', '.join(TASKS)}")
-    return TASKS[name]
+    return task_named(name)
 
 
 @contextlib.contextmanager
@@ -182,7 +179,7 @@ def export(
         >>> export("runs/sst2", "exported/sst2", format="onnx")["format"]  # doctest: +SKIP
         'onnx'
     """
-    from ..export import export_model
+    from ..commands.export import export_model
 
     return export_model(run_dir, dest, format, opset=opset, overwrite=overwrite)
 
@@ -191,3 +188,95 @@ def _parse(types, settings: Mapping[str, Any], action: str, config) -> tuple[lis
     from .settings import parse
 
     return parse(types, settings, action, config, help_command=f"encoder-tasks {action}")
+
+
+class Model:
+    """A saved run loaded for prediction: :meth:`predict` takes strings, records, a
+    ``datasets.Dataset`` or a pandas DataFrame and returns the records ``<task> predict``
+    writes (without ``line``). Built on :class:`encoder_tasks.inference.Predictor`
+    (:attr:`predictor`), which the server and the Ray engine use too.
+    """
+
+    def __init__(self, predictor: Any):
+        self.predictor = predictor
+
+    @property
+    def task(self) -> str:
+        """The task's name (``"ner"``)."""
+        return self.predictor.task.name
+
+    @property
+    def path(self) -> str:
+        return self.predictor.model_dir
+
+    @property
+    def settings(self) -> Any:
+        """The settings saved with the model (label names, columns, ``max_length``...)."""
+        return self.predictor.settings
+
+    @property
+    def model(self) -> Any:
+        """The torch module (an :class:`~encoder_tasks.heads.EncoderWithHead`, in eval mode)."""
+        return self.predictor.model
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.predictor.tokenizer
+
+    def predict(
+        self, inputs: Any, *, columns: Mapping[str, str] | None = None, **flags: Any
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """Predict ``inputs``: one record for one input (a string, a ``(text, text_pair)``
+        tuple, a dict), else a list in input order.
+
+        Fields are the JSON input fields of the task (``text``, ``text_pair``, ``tokens``,
+        ``question``, ``context``); ``columns`` maps other names (``{"sentence": "text"}``) and
+        keeps only the columns it names. ``flags`` change predict flags for this call
+        (``top_k=3``). A bad input raises :class:`encoder_tasks.inputs.InputError` naming it.
+        """
+        records, single = to_records(inputs, columns)
+        overrides = self.predictor.check_overrides(flags, where="flags") if flags else {}
+        results = self.predictor.predict(self.predictor.parse(records), **overrides)
+        return results[0] if single else results
+
+    __call__ = predict
+
+    def __repr__(self) -> str:
+        return f"<encoder_tasks.Model {self.task} from {self.path}>"
+
+
+@dataclass
+class Run:
+    """A trained run: its directory, task and final metrics (``metrics.json``)."""
+
+    path: Path
+    task: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: str | Path) -> Run:
+        """The run saved in ``path`` (by :func:`encoder_tasks.train` or the CLI)."""
+        from ..inference import task_of
+
+        metrics_file = Path(path) / "metrics.json"
+        metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
+        return cls(Path(path), task_of(path), metrics)
+
+    def load(self, **flags: Any) -> Model:
+        """The model, loaded for prediction (``flags``: ``predict``'s, e.g. ``batch_size=32``)."""
+        return load(self.path, task=self.task, **flags)
+
+    @property
+    def model(self) -> Any:
+        """The trained torch module, loaded from the run (:class:`~encoder_tasks.heads.EncoderWithHead`)."""
+        from ..heads import EncoderWithHead
+
+        return EncoderWithHead.from_pretrained(self.path)
+
+    def evaluate(self, **settings: Any) -> dict[str, Any]:
+        """:func:`encoder_tasks.evaluate` on this run."""
+        return evaluate(self.path, **settings)
+
+    def export(self, dest: str | Path, format: str = "auto", **options: Any) -> dict[str, Any]:
+        """:func:`encoder_tasks.export` of this run."""
+        return export(self.path, dest, format, **options)

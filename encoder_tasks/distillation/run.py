@@ -137,7 +137,7 @@ class DistillingTask(Task):
 
 def load_teacher(task_name: str, path: str):
     """The teacher run, checked: it exists, it is a run of ``task_name``."""
-    from ..backbone import read_task_metadata
+    from ..artifact import read_task_metadata
     from ..heads import EncoderWithHead
 
     folder = Path(path)
@@ -239,7 +239,7 @@ def read_unlabelled(path: str, data_args):
 def distill(task_name: str, model_args, data_args, task_args, options, training_args) -> dict:
     """Train a student of the ``--teacher`` run on ``task_name``; returns the final metrics."""
     from .. import run
-    from ..registry import TASKS
+    from ..saved import task_named
     from ..settings import resolve_all
 
     options.check()
@@ -250,7 +250,7 @@ def distill(task_name: str, model_args, data_args, task_args, options, training_
             "--student_num_layers) or --student_model",
             model_args.model_name_or_path,
         )
-    task = TASKS[task_name]
+    task = task_named(task_name)
     distiller = task.distiller()
     teacher = load_teacher(task_name, options.teacher)
     # The teacher's settings fill every flag the user did not give (columns, max_length, labels...).

@@ -5,7 +5,8 @@ The graph's outputs and their dynamic axes are the task's ``onnx_outputs`` (clas
 logits, embedding ``embeddings [batch, hidden]``). Beside the graph the directory holds the
 tokenizer, ``encoder_tasks.json`` (the model's settings, format 2, plus the graph's input and
 output names) and, for a CRF tagger, ``crf.npz``: the CRF stays outside the graph and
-:class:`~encoder_tasks.export.onnx_runtime.OnnxModel` decodes with a numpy Viterbi.
+:class:`~encoder_tasks.export.onnx_runtime.OnnxModel` runs it; :func:`encoder_tasks.tasks.ner.onnx.decode_tags`
+decodes a tagger's tags with the NER task's own Viterbi.
 
 Example:
     >>> from encoder_tasks.export.onnx import export_onnx             # doctest: +SKIP
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..artifact import SETTINGS_FORMAT, TASK_FILE
 from ..data.writers import write_json
 from . import ExportError
 from .samples import sample_batches
@@ -88,8 +90,6 @@ def export_onnx(model, tokenizer, dest: str | Path, task, opset: int = 17, toler
 
 def _write(model, tokenizer, dest: Path, task, opset: int) -> tuple[list[str], list[dict]]:
     """The graph, tokenizer, settings and CRF scores in ``dest``; returns (graph inputs, sample batches)."""
-    from ..backbone import TASK_FILE
-    from ..task import SETTINGS_FORMAT
     from .onnx_runtime import crf_arrays
 
     outputs: Mapping[str, tuple[str, ...]] = task.onnx_outputs

@@ -1,11 +1,12 @@
-"""Serve an exported ONNX directory with onnxruntime, and decode a CRF tagger's paths in numpy.
+"""Serve an exported ONNX directory with onnxruntime: tokenise, run, return the graph's outputs.
+
+Decoding is the task's: a tagger's tags (the CRF's Viterbi where the model has one, from
+``crf.npz``) come from :func:`encoder_tasks.tasks.ner.onnx.decode_tags`, the NER task's own
+decoding, so the export carries no second copy of it.
 
 Example:
-    >>> import numpy as np
-    >>> emissions = np.array([[[2.0, 0.0], [0.0, 1.0]]])
-    >>> no_preference = np.zeros((2, 2))
-    >>> viterbi_numpy(emissions, np.ones((1, 2)), no_preference, np.zeros(2), np.zeros(2))
-    [[0, 1]]
+    >>> onnx_model = OnnxModel("exported/ner-onnx")                 # doctest: +SKIP
+    >>> onnx_model.outputs(["John lives in Paris"])["logits"].shape   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..artifact import TASK_FILE, settings_dict
 from ..errors import UserError
 
 
@@ -28,53 +30,6 @@ def crf_arrays(crf) -> dict[str, np.ndarray]:
         name: t.detach().cpu().numpy()
         for name, t in (("transitions", transitions), ("start", start), ("end", end))
     }
-
-
-def viterbi_numpy(emissions: np.ndarray, mask: np.ndarray, transitions, start, end) -> list[list[int]]:
-    """Best tag path per row of ``emissions [batch, length, tags]`` (mask: real positions).
-
-    The recurrence of the NER task's CRF (``encoder_tasks.tasks.ner.crf.viterbi``), in numpy,
-    for ONNX serving.
-    """
-    paths = []
-    for row, row_mask in zip(emissions.astype(np.float64), mask.astype(bool)):
-        n = int(row_mask.sum())
-        if n == 0:
-            paths.append([])
-            continue
-        score = start + row[0]
-        back = []
-        for t in range(1, n):
-            candidates = score[:, None] + transitions
-            back.append(candidates.argmax(axis=0))
-            score = candidates.max(axis=0) + row[t]
-        last = int((score + end).argmax())
-        path = [last]
-        for pointers in reversed(back):
-            last = int(pointers[last])
-            path.append(last)
-        paths.append(path[::-1])
-    return paths
-
-
-def saved_settings(metadata: dict) -> dict:
-    """The settings of an ``encoder_tasks.json`` as a flat dict, from either format.
-
-    Format 2 keeps them under ``settings``; format 1 (exports written before it) keeps them
-    flat. Either way the head's arguments (the tagger's ``label_names``) under ``head_config``
-    fill what the settings leave out.
-
-    Example:
-        >>> saved_settings({"format_version": 2, "settings": {"label_names": ["O"]}})["label_names"]
-        ['O']
-        >>> saved_settings({"head_config": {"label_names": ["O"]}, "max_length": 64})["label_names"]
-        ['O']
-    """
-    if metadata.get("format_version", 1) >= 2:
-        settings = dict(metadata.get("settings") or {})
-    else:
-        settings = {k: v for k, v in metadata.items() if k not in ("head_config", "onnx")}
-    return {**dict(metadata.get("head_config") or {}), **{k: v for k, v in settings.items() if v is not None}}
 
 
 class OnnxModel:
@@ -92,15 +47,13 @@ class OnnxModel:
             raise UserError("serving ONNX needs onnxruntime: pip install 'encoder-tasks[onnx]'") from None
         from transformers import AutoTokenizer
 
-        from ..backbone import TASK_FILE
-
         self.directory = Path(directory)
         meta_file = self.directory / TASK_FILE
         if not meta_file.is_file() or not (self.directory / "model.onnx").is_file():
             raise UserError(f"{self.directory}: not an ONNX export (expected model.onnx and {TASK_FILE})")
         self.metadata = json.loads(meta_file.read_text(encoding="utf-8"))
         #: The model's saved settings (label names, max_length), whichever format wrote them.
-        self.settings = saved_settings(self.metadata)
+        self.settings = settings_dict(self.metadata)
         options = ort.SessionOptions()
         options.log_severity_level = 3
         self.session = ort.InferenceSession(
@@ -131,12 +84,3 @@ class OnnxModel:
         result = dict(zip(self.output_names, values))
         result["attention_mask"] = enc["attention_mask"]
         return result
-
-    def decode_tags(self, logits: np.ndarray, mask: np.ndarray) -> list[list[str]]:
-        """Tag names per real position: CRF Viterbi when the model has a CRF, else argmax."""
-        names = self.label_names
-        if self.crf is not None:
-            paths = viterbi_numpy(logits, mask, self.crf["transitions"], self.crf["start"], self.crf["end"])
-        else:
-            paths = [list(row[: int(m.sum())].argmax(-1)) for row, m in zip(logits, mask)]
-        return [[names[i] if names else str(i) for i in path] for path in paths]

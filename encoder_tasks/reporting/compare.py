@@ -64,10 +64,10 @@ def evaluate_many(task_name: str, files: list[str], flags: list[str], prog: str)
     from ..backbone import resolve_model_path
     from ..config import DataArguments, ModelArguments, parse_args
     from ..data.writers import unique_path, write_json
-    from ..registry import TASKS
+    from ..saved import task_named
     from ..training_args import EncoderTrainingArguments
 
-    task = TASKS[task_name]
+    task = task_named(task_name)
     results: dict[str, dict] = {}
     parsed = parse_args(
         [ModelArguments, DataArguments, task.Arguments, EncoderTrainingArguments], flags, prog=prog

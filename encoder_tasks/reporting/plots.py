@@ -299,7 +299,7 @@ def plot_run(run_dir: str | os.PathLike, predictions=None, label_ids=None) -> li
     Reads ``log.jsonl``, ``metrics.json``, ``encoder_tasks.json`` and, when no predictions
     are given, ``eval_predictions.npz``. Returns the files written.
     """
-    from ..settings import read_saved_settings
+    from ..artifact import read_task_metadata, settings_dict
     from .tracking import PREDICTIONS_FILE, read_log
 
     run_dir = Path(run_dir)
@@ -308,15 +308,16 @@ def plot_run(run_dir: str | os.PathLike, predictions=None, label_ids=None) -> li
     if _pyplot() is None:
         logger.warning(matplotlib_missing_message())
         return []
-    task, settings = read_saved_settings(run_dir)
+    saved = read_task_metadata(run_dir) or {}
     metrics_file = run_dir / "metrics.json"
     metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
     if predictions is None and (run_dir / PREDICTIONS_FILE).is_file():
         saved = np.load(run_dir / PREDICTIONS_FILE)
         predictions, label_ids = saved["predictions"], saved["label_ids"]
     written = [_safely(plot_learning_curves, read_log(run_dir), run_dir)]
-    metadata = settings.to_dict() if settings is not None else {}
-    written += plot_predictions(task or "", metadata, metrics, predictions, label_ids, run_dir)
+    written += plot_predictions(
+        saved.get("task") or "", settings_dict(saved), metrics, predictions, label_ids, run_dir
+    )
     return [p for p in written if p is not None]
 
 

@@ -132,6 +132,14 @@ def validation_error(errors: list[dict[str, Any]], body: Any = None, content_typ
     return ApiError(400, message, field)
 
 
+#: Status of a request whose client went away before its answer (nginx's convention).
+CLIENT_CLOSED = 499
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection while its request waited; nobody reads the answer."""
+
+
 def install_handlers(app) -> None:
     """Render every error of ``app`` as JSON in its route's style: :class:`ApiError`, FastAPI's
     validation errors (malformed JSON, wrong types), unknown routes and methods. Unexpected
@@ -139,8 +147,6 @@ def install_handlers(app) -> None:
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
     from starlette.exceptions import HTTPException
-
-    from .models import CLIENT_CLOSED, ClientDisconnected
 
     def render(request, error: ApiError, headers=None):
         return JSONResponse(error.body(style_for(request.url.path)), error.status, headers=headers)

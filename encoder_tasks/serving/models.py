@@ -25,16 +25,9 @@ from typing import Any
 from ..inference import Predictor, task_of
 from ..inputs import InputError, describe
 from .batcher import Batcher
-from .errors import ApiError
+from .errors import ApiError, ClientDisconnected
 
 logger = logging.getLogger(__name__)
-
-#: Status of a request whose client went away before its answer (nginx's convention).
-CLIENT_CLOSED = 499
-
-
-class ClientDisconnected(Exception):
-    """The client closed the connection while its request waited; nobody reads the answer."""
 
 
 class ServedModel:

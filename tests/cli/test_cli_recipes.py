@@ -95,7 +95,7 @@ def _build_wheel(root: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("encoder_tasks", "recipes"):
         shutil.copytree(REPO / name, source / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(REPO / name, source / name)
     pip = [sys.executable, "-m", "pip"]
     built = _run(

@@ -1,18 +1,22 @@
 """The task contract holds: every task is a Task object, the shared code never probes tasks,
-and a new task is one package plus one registry line (the toy task in tests/assets)."""
+a new task is one package plus one registry line (the toy task in tests/assets), and every
+import, function-level ones included, points down the layers (tests/import_graph.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from encoder_tasks.cli import main
 from encoder_tasks.config import PredictArguments
+from encoder_tasks.errors import UserError
 from encoder_tasks.registry import TASKS
 from encoder_tasks.task import SETTINGS_FORMAT, Task, TaskSettings
+from tests import import_graph
 from tests.assets.toy_task import ToyTask
 from tests.helpers import FAST_TRAINING, evaluate_argv, predict_argv, read_json, read_jsonl, run_train, write
 
@@ -50,9 +54,79 @@ def test_shared_code_never_imports_a_task_package():
         assert not imports.search(source) and 'import_module("encoder_tasks.tasks' not in source, path
 
 
-def test_settings_from_a_newer_format_are_refused():
-    from encoder_tasks.errors import UserError
+def test_no_import_points_up_the_layers():
+    problems = import_graph.upward_imports(PACKAGE)
+    assert not problems, "imports that point up the layers:\n" + "\n".join(problems)
 
+
+def test_the_import_graph_has_no_cycle():
+    assert import_graph.cycles(PACKAGE) == []
+
+
+def test_every_module_has_a_layer():
+    unplaced = import_graph.unplaced_modules(PACKAGE)
+    assert not unplaced, f"add these modules to a layer in tests/import_graph.py LAYERS: {unplaced}"
+
+
+def test_imports_by_computed_name_are_the_known_ones():
+    assert set(import_graph.dynamic_imports(PACKAGE)) == set(import_graph.DYNAMIC_IMPORTS)
+
+
+def _plant(tmp_path, module: str, line: str) -> Path:
+    copy = tmp_path / "encoder_tasks"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    target = copy / module
+    source = target.read_text(encoding="utf-8")
+    target.write_text(source + f"\n\ndef _planted():\n    {line}\n", encoding="utf-8")
+    return copy, len(source.splitlines()) + 4
+
+
+def test_a_planted_upward_import_is_named_with_its_line(tmp_path):
+    copy, line = _plant(
+        tmp_path, "heads.py", "from .registry import TASKS  # inside a function: still counts"
+    )
+    problems = import_graph.upward_imports(copy)
+    assert problems == [
+        f"encoder_tasks/heads.py:{line}: encoder_tasks.heads (model and engines) imports "
+        "encoder_tasks.registry (registry), a layer above it"
+    ]
+    assert any(
+        "encoder_tasks.heads" in c and "encoder_tasks.registry" in c for c in import_graph.cycles(copy)
+    )
+
+
+def test_a_planted_computed_import_is_found(tmp_path):
+    copy, line = _plant(
+        tmp_path, "predict.py", "import importlib; importlib.import_module('encoder_tasks.' + 'run')"
+    )
+    assert import_graph.dynamic_imports(copy)["encoder_tasks.predict"] == [f"encoder_tasks/predict.py:{line}"]
+
+
+def test_a_saved_model_opens_without_the_registry(tmp_path, tiny_bert):
+    """Low layers rebuild a saved model from the head class its file records; the unknown task
+    message is the one place above the registry that looks tasks up."""
+    import json
+
+    from encoder_tasks.heads import EncoderWithHead
+    from encoder_tasks.saved import open_saved
+
+    train = write(tmp_path / "train.csv", "text,label\n" + "a good day,1\nbad acting,0\n" * 6)
+    run = tmp_path / "run"
+    run_train("classification", tiny_bert, train, run, "--max_length", "12", *FAST_TRAINING)
+    model = EncoderWithHead.from_pretrained(run)
+    assert type(model).__name__ == "SequenceClassifier" and model.settings.label_names == ["0", "1"]
+    meta = read_json(run / "encoder_tasks.json")
+    (run / "encoder_tasks.json").write_text(json.dumps({**meta, "task": "clasification"}))
+    with pytest.raises(
+        UserError, match="unknown task 'clasification' \\(did you mean 'classification'\\?\\)"
+    ):
+        open_saved(run)
+    (run / "encoder_tasks.json").write_text(json.dumps({**meta, "head_class": "os:path"}))
+    with pytest.raises(UserError, match="is not a head"):
+        EncoderWithHead.from_pretrained(run)
+
+
+def test_settings_from_a_newer_format_are_refused():
     with pytest.raises(UserError, match="format 99 is newer"):
         TASKS["classification"].load_settings({"format_version": 99})
 

@@ -6,7 +6,7 @@ from encoder_tasks.config import DataArguments, ModelArguments, load_recipe, par
 from encoder_tasks.errors import UserError
 from encoder_tasks.registry import TASKS
 from encoder_tasks.training_args import EncoderTrainingArguments
-from tests.helpers import REPO, write
+from tests.helpers import REPO, batch_rule, write
 
 ALL = [ModelArguments, DataArguments, TASKS["classification"].Arguments, EncoderTrainingArguments]
 
@@ -112,7 +112,7 @@ def _batch_after_auto(argv, task="pair", examples=2000):
     from encoder_tasks.training_args import resolve_batch_size
 
     *_, train = parse_args(ALL, ["--output_dir", "x", *argv])
-    resolve_batch_size(train, task, examples)
+    resolve_batch_size(train, task, examples, **batch_rule(task))
     return train.per_device_train_batch_size
 
 
@@ -150,12 +150,12 @@ def test_batch_size_counts_every_process_and_accumulation():
         )
         return SimpleNamespace(**{**base, **kw})
 
-    assert resolve_batch_size(args(), "ner", 3000) is None  # 562 steps on one process
-    assert resolve_batch_size(args(world_size=2), "ner", 3000) == 8  # 281 steps on two
-    assert resolve_batch_size(args(gradient_accumulation_steps=2), "ner", 3000) == 8
+    assert resolve_batch_size(args(), "ner", 3000, **batch_rule("ner")) is None  # 562 steps on one process
+    assert resolve_batch_size(args(world_size=2), "ner", 3000, **batch_rule("ner")) == 8  # 281 steps on two
+    assert resolve_batch_size(args(gradient_accumulation_steps=2), "ner", 3000, **batch_rule("ner")) == 8
     built_in_code = args()
     del built_in_code.given_fields  # not parsed: the caller chose 16
-    assert resolve_batch_size(built_in_code, "ner", 100) is None
+    assert resolve_batch_size(built_in_code, "ner", 100, **batch_rule("ner")) is None
 
 
 def test_none_sets_an_optional_number_flag_to_none():

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from encoder_tasks.backbone import load_encoder, load_tokenizer
+from encoder_tasks.commands.export import export_model
 from encoder_tasks.errors import UserError
-from encoder_tasks.export import EXPORT_INFO, export_model, hidden_bound
+from encoder_tasks.export import EXPORT_INFO, hidden_bound
 from encoder_tasks.registry import TASKS
 from encoder_tasks.tasks.classification.predict import predict_texts
 from tests.helpers import REPO

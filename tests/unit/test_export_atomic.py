@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from encoder_tasks.backbone import load_tokenizer
-from encoder_tasks.export import EXPORT_INFO, ExportError, export_model
-from encoder_tasks.export import main as export_main
+from encoder_tasks.commands.export import export_model
+from encoder_tasks.commands.export import main as export_main
+from encoder_tasks.export import EXPORT_INFO, ExportError
 from encoder_tasks.export.onnx import export_onnx
 from encoder_tasks.registry import TASKS
 from tests.unit.test_export import classifier, save

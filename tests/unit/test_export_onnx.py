@@ -1,5 +1,5 @@
-"""ONNX export parity (onnxruntime against PyTorch) for every head, the numpy Viterbi of CRF
-taggers, and :class:`OnnxModel` reading the settings of format-2 and format-1 exports."""
+"""ONNX export parity (onnxruntime against PyTorch) for every head, CRF taggers' tags decoded
+by the NER task's Viterbi, and :class:`OnnxModel` reading the settings of format-2 and format-1 exports."""
 
 import itertools
 import json
@@ -8,17 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-from encoder_tasks.backbone import TASK_FILE, load_tokenizer
+from encoder_tasks.artifact import TASK_FILE
+from encoder_tasks.backbone import load_tokenizer
+from encoder_tasks.commands.export import export_model
 from encoder_tasks.errors import UserError
-from encoder_tasks.export import OnnxModel, export_model, viterbi_numpy
+from encoder_tasks.export import OnnxModel
 from encoder_tasks.registry import TASKS
+from encoder_tasks.tasks.ner.onnx import decode_tags
 from tests.unit.test_export import FORMAT1, TEXTS, build, classifier, save, tagger
 
 onnxruntime = pytest.importorskip("onnxruntime")
 LONG = "a longer input than any of the others , by far"
 
 
-def test_viterbi_numpy_matches_brute_force():
+def test_onnx_crf_decoding_matches_brute_force():
     rng = np.random.default_rng(0)
     emissions, transitions = rng.normal(size=(1, 4, 3)), rng.normal(size=(3, 3))
     start, end = rng.normal(size=3), rng.normal(size=3)
@@ -28,7 +31,9 @@ def test_viterbi_numpy_matches_brute_force():
         return total + sum(transitions[a, b] for a, b in zip(path, path[1:]))
 
     best = max(itertools.product(range(3), repeat=4), key=score)
-    assert viterbi_numpy(emissions, np.ones((1, 4)), transitions, start, end) == [list(best)]
+    crf = {"transitions": transitions, "start": start, "end": end}
+    served = type("Served", (), {"label_names": ["a", "b", "c"], "crf": crf})()
+    assert decode_tags(served, emissions, np.ones((1, 4))) == [["abc"[k] for k in best]]
 
 
 def test_crf_tagger_is_refused_for_stock_but_exports_to_onnx(tiny_models, tmp_path):
@@ -42,7 +47,7 @@ def test_crf_tagger_is_refused_for_stock_but_exports_to_onnx(tiny_models, tmp_pa
     assert info["max_abs_diff"] < 1e-3
     served = OnnxModel(tmp_path / "onnx")
     out = served.outputs(TEXTS)
-    tags = served.decode_tags(out["logits"], out["attention_mask"])
+    tags = decode_tags(served, out["logits"], out["attention_mask"])
     batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
     with torch.no_grad():
         logits = model(**batch).logits
@@ -110,13 +115,13 @@ def test_onnx_export_writes_format2_settings_and_reads_format1(tiny_models, tmp_
     assert meta["format_version"] == 2 and meta["task"] == "ner" and meta["settings"]["label_names"] == labels
     assert meta["onnx"]["outputs"] == ["logits"]
     out = OnnxModel(tmp_path / "onnx").outputs(TEXTS)
-    want = OnnxModel(tmp_path / "onnx").decode_tags(out["logits"], out["attention_mask"])
+    want = decode_tags(OnnxModel(tmp_path / "onnx"), out["logits"], out["attention_mask"])
     # An export written before format 2: the settings flat beside head_config.
     old = {"task": "ner", "head_config": meta["head_config"], **meta["settings"], "onnx": meta["onnx"]}
     meta_file.write_text(json.dumps(old))
     served = OnnxModel(tmp_path / "onnx")
     assert served.label_names == labels
-    assert served.decode_tags(out["logits"], out["attention_mask"]) == want
+    assert decode_tags(served, out["logits"], out["attention_mask"]) == want
     del old["label_names"]  # the oldest files: label names only among the head's arguments
     meta_file.write_text(json.dumps(old))
     assert OnnxModel(tmp_path / "onnx").label_names == labels

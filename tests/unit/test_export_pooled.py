@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from encoder_tasks.backbone import load_encoder, load_tokenizer
-from encoder_tasks.export import export_model
+from encoder_tasks.commands.export import export_model
 from encoder_tasks.registry import TASKS
 from encoder_tasks.tasks.classification.predict import predict_texts
 

@@ -3,7 +3,7 @@ import torch
 
 from encoder_tasks.backbone import load_encoder, load_tokenizer
 from encoder_tasks.errors import UserError
-from encoder_tasks.heads import EncoderWithHead, Pooler
+from encoder_tasks.heads import EncoderWithHead, Pooler, load_starting_encoder
 from encoder_tasks.tasks.classification.args import ClassificationSettings
 from encoder_tasks.tasks.classification.model import SequenceClassifier
 from encoder_tasks.testing import FAMILIES
@@ -96,7 +96,10 @@ def test_run_directory_is_a_starting_point(tiny_bert, tmp_path):
     with torch.no_grad():
         model.encoder.embeddings.word_embeddings.weight.add_(1.0)
     model.save_pretrained(tmp_path / "run")
-    encoder = load_encoder(str(tmp_path / "run"))
+    encoder = load_starting_encoder(str(tmp_path / "run"))
+    # The checkpoint loader refuses a run: AutoModel would miss its encoder.* weights.
+    with pytest.raises(UserError, match="a run saved by encoder-tasks, not a transformers checkpoint"):
+        load_encoder(str(tmp_path / "run"))
     torch.testing.assert_close(
         encoder.embeddings.word_embeddings.weight, model.encoder.embeddings.word_embeddings.weight
     )

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, EvalPrediction
 
 from encoder_tasks.backbone import load_encoder
-from encoder_tasks.heads import EncoderWithHead
+from encoder_tasks.heads import EncoderWithHead, load_starting_encoder
 from encoder_tasks.tasks.mlm.args import MLMSettings
 from encoder_tasks.tasks.mlm.masking import MaskingCollator
 from encoder_tasks.tasks.mlm.metrics import compute_metrics, masked_predictions
@@ -121,7 +121,7 @@ def test_save_reload_and_start_another_task(tmp_path, tiny_bert):
     assert torch.allclose(model(**batch).logits, loaded(**batch).logits, atol=1e-6)
     # the run's encoder is what any task starts from, and a new MLM run keeps the trained head
     AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(tmp_path)
-    encoder = load_encoder(str(tmp_path))
+    encoder = load_starting_encoder(str(tmp_path))
     for (name, a), b in zip(model.encoder.state_dict().items(), encoder.state_dict().values()):
         assert torch.equal(a, b), name
     again = build_model(encoder, {})

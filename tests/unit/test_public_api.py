@@ -41,7 +41,7 @@ def test_import_stays_light_and_the_package_is_typed():
 
 def test_export_is_the_action_and_still_the_package():
     importlib.import_module("encoder_tasks.export.staging")  # rebinds encoder_tasks.export on import
-    assert callable(encoder_tasks.export) and encoder_tasks.export.export_model
+    assert callable(encoder_tasks.export) and encoder_tasks.export.SHARED_FORMATS
     with pytest.raises(UserError, match="not a model saved by encoder-tasks"):
         encoder_tasks.export(ROOT / "docs", ROOT / "nowhere")
 

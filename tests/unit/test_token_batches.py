@@ -15,6 +15,7 @@ import pytest
 
 from encoder_tasks.errors import UserError
 from encoder_tasks.token_batches import TokenBudgetBatchSampler, padded_length
+from tests.helpers import batch_rule
 
 
 def draw_lengths(seed: int, count: int, low: int = 3, high: int = 120) -> list[int]:
@@ -187,11 +188,21 @@ def budget_args(**changes) -> SimpleNamespace:
 def test_the_auto_batch_rule_stays_off_under_a_token_budget(caplog):
     from encoder_tasks.training_args import resolve_batch_size
 
-    assert resolve_batch_size(budget_args(max_tokens_per_batch=None), "ner", 100) == 8  # the rule, without
+    assert (
+        resolve_batch_size(budget_args(max_tokens_per_batch=None), "ner", 100, **batch_rule("ner")) == 8
+    )  # the rule, without
     args = budget_args()
-    assert resolve_batch_size(args, "ner", 100) is None and args.per_device_train_batch_size == 16
+    assert (
+        resolve_batch_size(args, "ner", 100, **batch_rule("ner")) is None
+        and args.per_device_train_batch_size == 16
+    )
     with caplog.at_level("WARNING"):
-        resolve_batch_size(budget_args(given_fields=frozenset({"per_device_train_batch_size"})), "ner", 100)
+        resolve_batch_size(
+            budget_args(given_fields=frozenset({"per_device_train_batch_size"})),
+            "ner",
+            100,
+            **batch_rule("ner"),
+        )
     assert "--per_device_train_batch_size not used for training" in caplog.text
 
 
@@ -200,9 +211,9 @@ def test_embedding_refuses_a_token_budget_mlm_takes_it():
 
     args = budget_args()
     with pytest.raises(UserError, match="negatives"):
-        resolve_batch_size(args, "embedding", 100)
+        resolve_batch_size(args, "embedding", 100, **batch_rule("embedding"))
     for task in ("classification", "pair", "ner", "qa", "mlm"):
-        check_token_budget(args, task)
+        check_token_budget(args, task, batch_rule(task)["token_budget_refusal"])
 
 
 def test_the_flag_must_be_positive_and_not_meet_auto_find_batch_size(tmp_path):

@@ -39,6 +39,7 @@ class ClassificationTask(Task):
     Arguments = ClassificationArguments
     PredictArguments = ClassificationPredictArguments
     Settings = ClassificationSettings
+    auto_batch_size = True  # the batch only sets the optimiser's noise
     objectives = ("eval_accuracy", "eval_micro_f1", "eval_spearman")
     onnx_outputs = {"logits": ("batch",)}
 

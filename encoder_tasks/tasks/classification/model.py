@@ -26,6 +26,7 @@ class SequenceClassifier(EncoderWithHead):
     """
 
     task = "classification"
+    Settings = ClassificationSettings
 
     def __init__(
         self,

@@ -121,11 +121,13 @@ class EmbeddingTask(Task):
     def input_settings(self, args):
         """As the base hook; ``encode``'s ``--text_column`` names the corpus' column, never the
         training one (the same skip as ``encode`` itself)."""
+        from ...artifact import read_task_metadata
         from ...backbone import resolve_model_path
-        from ...settings import read_saved_settings, resolve
+        from ...settings import resolve
         from .search import _NOT_SAVED
 
-        _, settings = read_saved_settings(resolve_model_path(args.model_dir))
+        metadata = read_task_metadata(resolve_model_path(args.model_dir))
+        settings = self.load_settings(metadata) if metadata is not None else None
         if settings is not None:
             resolve(args, settings, skip=_NOT_SAVED if isinstance(args, EncodeArguments) else ())
         return settings

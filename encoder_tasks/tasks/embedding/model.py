@@ -18,8 +18,10 @@ import torch
 import torch.nn.functional as F
 from transformers.utils import ModelOutput
 
+from ...artifact import WEIGHTS_FILE, read_task_metadata
+from ...backbone import load_encoder, resolve_model_path
 from ...errors import UserError
-from ...heads import WEIGHTS_FILE, EncoderWithHead, Pooler, _is_tied_copy
+from ...heads import EncoderWithHead, Pooler, _is_tied_copy
 from .args import SCORED_LOSSES, EmbeddingSettings
 from .losses import build_loss
 from .st_layout import (
@@ -54,6 +56,7 @@ class BiEncoder(EncoderWithHead):
     """
 
     task = "embedding"
+    Settings = EmbeddingSettings
 
     def __init__(
         self,
@@ -174,8 +177,6 @@ def load_bi_encoder(name_or_path: str) -> BiEncoder:
     Example:
         >>> model = load_bi_encoder("sentence-transformers/all-MiniLM-L6-v2")  # doctest: +SKIP
     """
-    from ...backbone import load_encoder, read_task_metadata, resolve_model_path
-
     path = resolve_model_path(name_or_path)
     metadata = read_task_metadata(path) if Path(path).is_dir() else None
     if metadata is not None:

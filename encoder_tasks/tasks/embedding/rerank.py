@@ -29,27 +29,38 @@ POSITIVE_LABELS = ("1", "true", "relevant", "positive", "yes")
 
 
 class CrossEncoderScorer:
-    """A saved pair (or pair-trained classification) model as a relevance scorer."""
+    """A saved pair (or pair-trained classification) model as a relevance scorer.
 
-    def __init__(self, predictor):
-        self.predictor = predictor
+    It runs through the pair task's own inference hooks (``load_for_inference``, ``parse_input``,
+    ``predict_inputs``), so its scores are the ones ``pair predict`` writes.
+    """
+
+    def __init__(self, task, model, tokenizer, args):
+        self.task, self.model, self.tokenizer, self.args = task, model, tokenizer, args
 
     @classmethod
     def load(cls, run_dir: str, **flags) -> CrossEncoderScorer:
         """Load ``run_dir`` (``flags``: its predict flags, e.g. ``batch_size=32``)."""
         from pathlib import Path
 
-        from ...inference import Predictor, task_of
+        from ...artifact import read_task_metadata
+        from ..classification import ClassificationTask
+        from ..pair import PairTask
 
         if not Path(run_dir).is_dir():
             raise UserError(f"--rerank {run_dir}: no such directory (expected a pair run)")
-        task = task_of(run_dir)
-        if task not in ("pair", "classification"):
-            raise UserError(f"{run_dir} holds a {task!r} model; a reranker is a pair (cross-encoder) model")
-        predictor = Predictor.load(run_dir, task=task, **flags)
-        if not predictor.model.settings.get("text_pair_column"):
+        metadata = read_task_metadata(run_dir) or {}
+        kinds = {"pair": PairTask, "classification": ClassificationTask}
+        if metadata.get("task") not in kinds:
+            found = f"a {metadata['task']!r} model" if metadata.get("task") else "no encoder-tasks run"
+            raise UserError(f"{run_dir} holds {found}; a reranker is a pair (cross-encoder) model")
+        task = kinds[metadata["task"]]()
+        args = task.PredictArguments(model_dir=str(run_dir), **flags)
+        object.__setattr__(args, "given_fields", frozenset(flags))  # given flags win over saved ones
+        model, tokenizer = task.load_for_inference(args, check=False)
+        if not model.settings.get("text_pair_column"):
             raise UserError(f"{run_dir}: its model reads one text, a reranker reads (query, passage) pairs")
-        return cls(predictor)
+        return cls(task, model, tokenizer, args)
 
     @staticmethod
     def relevance(record: dict) -> float:
@@ -66,7 +77,12 @@ class CrossEncoderScorer:
         """Relevance of each ``(query, passage)``."""
         if not pairs:
             return np.zeros(0, dtype=np.float64)
-        records = self.predictor([{"text": q, "text_pair": p} for q, p in pairs])
+        settings = self.model.settings
+        inputs = [
+            self.task.parse_input({"text": q, "text_pair": p}, f"pairs[{i}]", settings)
+            for i, (q, p) in enumerate(pairs)
+        ]
+        records = self.task.predict_inputs(self.model, self.tokenizer, inputs, self.args)
         return np.array([self.relevance(r) for r in records], dtype=np.float64)
 
 

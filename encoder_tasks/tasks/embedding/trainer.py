@@ -51,6 +51,12 @@ class EmbeddingTrainer(EncoderTaskTrainer):
         ...     data_collator=prepared.collator(None), task_settings=prepared.settings)  # doctest: +SKIP
     """
 
+    token_budget_refusal = (
+        "its batches are each other's negatives, so a batch whose size follows the texts' length "
+        "would change the loss from step to step (few negatives for long texts); "
+        "--per_device_train_batch_size sets its batch"
+    )
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         dims = self.task_settings.get("matryoshka_dims") if self.task_settings is not None else None

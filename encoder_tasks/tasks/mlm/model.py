@@ -26,7 +26,8 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import MaskedLMOutput
 
-from ...heads import WEIGHTS_FILE, EncoderWithHead
+from ...artifact import WEIGHTS_FILE, read_task_metadata
+from ...heads import EncoderWithHead
 from .args import MLMSettings
 from .masking import IGNORE_INDEX
 
@@ -85,6 +86,13 @@ class MaskedLanguageModel(EncoderWithHead):
     """
 
     task = "mlm"
+    Settings = MLMSettings
+
+    @classmethod
+    def from_settings(cls, encoder, settings: MLMSettings, training=None) -> MaskedLanguageModel:
+        """See :func:`build_model`."""
+        return build_model(encoder, settings, training)
+
     #: ``num_items_in_batch`` (masked tokens in the whole accumulated batch) is used for the loss.
     accepts_loss_kwargs = True
 
@@ -266,8 +274,6 @@ def _same_logits(model: MaskedLanguageModel, reference) -> bool:
 
 def init_head(model: MaskedLanguageModel, source: str | None) -> str:
     """Give ``model`` the best head available from ``source``; returns where it came from."""
-    from ...backbone import read_task_metadata
-
     if not source or not os.path.isdir(source):
         return "new"
     meta = read_task_metadata(source)

@@ -37,6 +37,7 @@ class NerTask(Task):
     Arguments = NerArguments
     PredictArguments = NerPredictArguments
     Settings = NerSettings
+    auto_batch_size = True  # the batch only sets the optimiser's noise
     # Span schemes report entity F1; plain tags (POS, scheme none) macro F1 and accuracy.
     objectives = ("eval_f1_strict", "eval_macro_f1", "eval_accuracy")
     onnx_outputs = {"logits": ("batch", "sequence")}

@@ -54,6 +54,12 @@ class TokenTagger(EncoderWithHead):
     """
 
     task = "ner"
+    Settings = NerSettings
+
+    @classmethod
+    def from_settings(cls, encoder, settings: NerSettings, training=None) -> TokenTagger:
+        """See :func:`build_model`."""
+        return build_model(encoder, settings, training)
 
     def __init__(
         self,

@@ -37,6 +37,7 @@ class QATask(Task):
     Arguments = QAArguments
     PredictArguments = QAPredictArguments
     Settings = QASettings
+    auto_batch_size = True  # the batch only sets the optimiser's noise
     objectives = ("eval_f1", "eval_exact")  # the names QAEvaluator reports
     onnx_outputs = {"start_logits": ("batch", "sequence"), "end_logits": ("batch", "sequence")}
 

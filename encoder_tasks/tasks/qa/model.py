@@ -7,6 +7,7 @@ from torch import nn
 from transformers.modeling_outputs import QuestionAnsweringModelOutput
 
 from ...heads import EncoderWithHead, full_precision
+from .args import QASettings
 
 # Padding positions get this logit: far below any real one, yet start + end stays finite.
 MASKED_LOGIT = -10000.0
@@ -28,6 +29,7 @@ class ExtractiveQuestionAnswering(EncoderWithHead):
     """
 
     task = "qa"
+    Settings = QASettings
 
     def __init__(self, encoder):
         super().__init__(encoder)

@@ -7,9 +7,12 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from encoder_tasks.heads import EncoderWithHead, Pooler
 
+from .args import ToySettings
+
 
 class KeywordHead(EncoderWithHead):
     task = "toy"
+    Settings = ToySettings
 
     def __init__(self, encoder):
         super().__init__(encoder)

@@ -183,9 +183,9 @@ def evaluate_and_time(
 
     from .. import run
     from ..heads import EncoderWithHead
-    from ..registry import TASKS
+    from ..saved import task_named
 
-    task = TASKS[task_name]
+    task = task_named(task_name)
     metrics, calls = {}, []
     for name, folder in (("fp32", model_dir), ("int8", int8_dir)):
         logger.info("quantize: evaluating the %s model on %s", name, validation_file)

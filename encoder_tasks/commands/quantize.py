@@ -1,0 +1,208 @@
+"""``encoder-tasks quantize RUN_DIR DEST``: an int8 copy of a run, faster on the CPU, with a report.
+
+    encoder-tasks quantize runs/sst2 runs/sst2-int8
+    encoder-tasks quantize runs/sst2 runs/sst2-int8 --validation_file dev.tsv --text_column sentence
+
+The encoder's linear layers become int8 (dynamic quantization, :mod:`encoder_tasks.quantization.int8`): weights in int8
+with one scale per output channel, activations quantized per batch as the model runs, the
+matrix products in torch's int8 CPU kernels, everything around them (embeddings, layer norms,
+attention softmax, the task's head) in fp32. ``--heads`` quantizes the head's linear layers
+too (MLM: the vocabulary projection); ``--skip REGEX`` keeps matching layers in fp32.
+
+``DEST`` is an ordinary run directory: ``config.json``, the tokenizer, ``encoder_tasks.json``
+(settings key ``quantization``: method, layers, engine, source), a ``README.md``, and
+``model.safetensors`` holding the int8 weights, their scales and zero points as plain tensors
+beside the fp32 parameters that were not quantized. ``<task> predict``, ``<task> evaluate``,
+:meth:`encoder_tasks.inference.Predictor.load` and ``serve`` load it unchanged; it runs on the
+CPU, in fp32 around its int8 layers (``--precision auto`` means fp32 for it).
+
+With ``--validation_file`` (plus the task's flags for reading it, as ``<task> evaluate``
+takes them), both models are scored by the task's own evaluate path and timed on the file's
+inputs (:mod:`.report`); ``DEST/quantization_report.json`` holds the metric before and after,
+the speed of both and the sizes on disk. Without it, only the sizes. Everything is written to
+a temporary folder inside ``DEST`` and moved in once it succeeded
+(:func:`encoder_tasks.export.staging.staged`).
+
+Example:
+    >>> report = quantize_run("runs/sst2", "runs/sst2-int8")  # doctest: +SKIP
+    >>> report["size"]["ratio"]  # doctest: +SKIP
+    0.27
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from ..artifact import WEIGHTS_FILE
+from ..backbone import load_tokenizer
+from ..config import ArgumentParser
+from ..data.writers import write_json
+from ..errors import UserError
+from ..export.staging import leftovers, staged
+from ..quantization.int8 import METHOD, linear_names, packing_engine, quantize_linears
+from ..saved import open_saved
+from .quantize_report import describe_sizes, evaluate_and_time, log_report, write_readme
+
+logger = logging.getLogger(__name__)
+
+REPORT_FILE = "quantization_report.json"
+
+
+def check_source(model_dir: str, dest: Path, overwrite: bool) -> tuple[str, dict]:
+    """``(resolved model_dir, its saved metadata)``; refuses what cannot be quantized, before loading."""
+    try:
+        opened = open_saved(model_dir, plain_encoders=False)
+    except UserError as error:
+        raise UserError(f"quantize: {error}") from None
+    path, metadata, settings = opened.path, opened.metadata, opened.settings
+    if settings.get("quantization"):
+        source = settings.get("quantization").get("source")
+        raise UserError(
+            f"quantize: {model_dir} is already an int8 model (from {source}); quantize the fp32 run"
+        )
+    if settings.lora:
+        raise UserError(
+            f"quantize: {model_dir} holds unmerged LoRA adapters (a checkpoint of a --lora_r run); "
+            "quantize the finished run, whose adapters are merged"
+        )
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"quantize: {dest} is a file; choose a directory")
+    if dest.is_dir() and Path(path).resolve() == dest.resolve():
+        raise UserError("quantize: the destination must differ from the model directory")
+    if dest.is_dir() and any(dest.iterdir()) and not overwrite:
+        raise UserError(
+            f"quantize: {dest} already holds files; choose another destination or pass --overwrite"
+        )
+    return path, metadata
+
+
+def quantize_run(
+    model_dir: str | Path,
+    dest: str | Path,
+    *,
+    heads: bool = False,
+    skip: str | None = None,
+    overwrite: bool = False,
+    validation_file: str | None = None,
+    eval_flags: list[str] | tuple[str, ...] = (),
+    batch_size: int = 64,
+    repeats: int = 3,
+    metric: str | None = None,
+) -> dict:
+    """Write the int8 copy of ``model_dir`` to ``dest``; returns the report (also in ``dest``).
+
+    ``eval_flags`` are ``<task> evaluate`` flags for reading ``validation_file`` (columns...).
+    """
+    import torch
+
+    from ..heads import EncoderWithHead  # torch loads when a quantization runs
+
+    dest = Path(dest)
+    if batch_size < 1 or repeats < 1:
+        raise UserError(
+            f"quantize: --batch_size and --repeats must be at least 1, found {batch_size}, {repeats}"
+        )
+    if validation_file is not None and not Path(validation_file).is_file():
+        raise UserError(f"quantize: --validation_file {validation_file}: no such file")
+    for folder in leftovers(dest):  # an interrupted run's temporary folder
+        shutil.rmtree(folder, ignore_errors=True)
+    path, metadata = check_source(str(model_dir), dest, overwrite)
+    model = EncoderWithHead.from_pretrained(path).cpu()
+    names = linear_names(model, heads=heads, skip=skip)
+    if not names:
+        raise UserError(f"quantize: no linear layer of {model_dir} is left to quantize (--skip {skip!r})")
+    quantize_linears(model, names)
+    record = {
+        "method": METHOD,
+        "weights": "int8, symmetric, one scale per output channel",
+        "activations": "uint8, one scale per batch, computed as the model runs",
+        "layers": names,
+        "engine": packing_engine(),
+        "source": str(model_dir),
+        "torch": torch.__version__,
+    }
+    model.settings = model.settings.replace(extra={**model.settings.extra, "quantization": record})
+    logger.info(
+        "quantize: %d linear layers of %s in int8 (%s kernels)", len(names), model_dir, record["engine"]
+    )
+    with staged(dest) as staging:
+        model.save_pretrained(staging)
+        load_tokenizer(path).save_pretrained(str(staging))
+        report = {
+            "task": metadata["task"],
+            "source": str(model_dir),
+            "dest": str(dest),
+            "quantization": record,
+        }
+        report["size"] = describe_sizes(Path(path) / WEIGHTS_FILE, staging / WEIGHTS_FILE)
+        if validation_file is not None:
+            report.update(
+                evaluate_and_time(
+                    metadata["task"],
+                    path,
+                    staging,
+                    validation_file,
+                    list(eval_flags),
+                    batch_size,
+                    repeats,
+                    metric,
+                )
+            )
+        write_json(staging / REPORT_FILE, report)
+        write_readme(staging / "README.md", report)
+    log_report(report)
+    return report
+
+
+def main(argv: list[str]) -> int:
+    """``encoder-tasks quantize RUN_DIR DEST [--validation_file FILE [task flags]] [...]``."""
+    parser = ArgumentParser(
+        prog="encoder-tasks quantize", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )
+    parser.add_argument("model_dir", help="A run directory saved by encoder-tasks (fp32 or bf16 weights).")
+    parser.add_argument("dest", help="Where to write the int8 run directory.")
+    parser.add_argument(
+        "--validation_file",
+        default=None,
+        help="Score both models on this file (the task's evaluate path) and time both on its inputs; "
+        "the task's evaluate flags for reading it (columns...) may follow.",
+    )
+    parser.add_argument(
+        "--batch_size", type=int, default=64, help="Batch size of the evaluation and the timing."
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="Timed passes per model (the median is kept).")
+    parser.add_argument(
+        "--metric",
+        default=None,
+        help="The metric the report compares (default: the task's own, e.g. accuracy).",
+    )
+    parser.add_argument(
+        "--heads",
+        action="store_true",
+        help="Quantize the head's linear layers too (MLM: the vocabulary projection).",
+    )
+    parser.add_argument(
+        "--skip", default=None, help="Keep the linear layers whose name matches this regex in fp32."
+    )
+    parser.add_argument("--overwrite", action="store_true", help="Write into a non-empty destination.")
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.validation_file is None:
+        raise UserError(
+            f"encoder-tasks quantize: unknown flag {rest[0]} (the task's flags for reading a file "
+            "come with --validation_file)"
+        )
+    quantize_run(
+        args.model_dir,
+        args.dest,
+        heads=args.heads,
+        skip=args.skip,
+        overwrite=args.overwrite,
+        validation_file=args.validation_file,
+        eval_flags=rest,
+        batch_size=args.batch_size,
+        repeats=args.repeats,
+        metric=args.metric,
+    )
+    return 0
