@@ -141,7 +141,9 @@ def jsonl_rows(lines, shown: str):
 
 def read_jsonl(path: Path, encoding="utf-8"):
     """A JSON-lines file: one object per non-blank line, each with its line number."""
-    lines = enumerate(read_text(path, encoding).splitlines(), start=1)
+    # Lines end at "\n" only (JSON Lines; CRLF's "\r" is stripped): str.splitlines would also cut
+    # at U+2028 and other separators that json.dumps(ensure_ascii=False) leaves inside strings.
+    lines = enumerate(read_text(path, encoding).split("\n"), start=1)
     return [{**record, LINE_COLUMN: line} for line, _, record in jsonl_rows(lines, str(path))]
 
 
