@@ -8,10 +8,12 @@ It overrides only what differs from the stock Trainer:
 - every process's RNG state is written by the process that saves (not by each process), so
   on several machines with their own disks only the writer's disk gets a checkpoint;
 - length-grouped training batches come from a sampler seeded by (seed, epoch), so a resumed
-  run sees the same batches in the same order as an uninterrupted one;
+  run sees the same batches in the same order as an uninterrupted one, and evaluation batches
+  are sorted by length (less padding, same metrics): :mod:`encoder_tasks.sampling`;
 - ``--max_tokens_per_batch``: training batches of a token budget rather than a number of
   examples (:mod:`encoder_tasks.token_batches`), seeded the same way;
-- evaluation batches are sorted by length (less padding, same metrics);
+- :meth:`EncoderTaskTrainer._batch_sampler_dataloader`: the one loader for batch samplers that
+  give each process its own batches (token budgets, the embedding task's global batches);
 - a NaN/inf training loss stops the run at once with a clear message (last good checkpoint kept).
 """
 
@@ -19,23 +21,21 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import tempfile
-import zlib
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
-from transformers import Trainer, TrainerCallback
+from torch.utils.data import DataLoader
+from transformers import Trainer
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
-from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints, seed_worker
 
 from . import checkpoints
 from .errors import UserError
 from .heads import EncoderWithHead
+from .sampling import EpochSeededCollator, EpochSeeds, LengthSortedEvalMixin, SeededLengthGroupedSampler
 from .token_batches import TokenBudgetBatchSampler
 from .training_args import check_token_budget
 
@@ -63,126 +63,6 @@ def check_finite_loss(loss: torch.Tensor, state, output_dir: str) -> None:
     )
 
 
-class SeededLengthGroupedSampler(LengthGroupedSampler):
-    """transformers' length-grouped sampler, shuffled by a generator seeded with (seed, epoch).
-
-    The stock sampler draws from the global RNG at the moment an epoch starts; a run resumed
-    mid-epoch reaches that moment with a different RNG state and so trains on other batches.
-    Seeding by epoch makes the order a function of (seed, epoch) alone.
-
-    Example:
-        >>> s = SeededLengthGroupedSampler(2, lengths=[5, 1, 3, 2, 4, 6], seed=1)
-        >>> s.set_epoch(1); first = list(s); s.set_epoch(1)
-        >>> first == list(s), sorted(first)
-        (True, [0, 1, 2, 3, 4, 5])
-    """
-
-    def __init__(self, batch_size: int, lengths: list[int], seed: int = 0):
-        super().__init__(batch_size, lengths=lengths)
-        self.seed = seed
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __iter__(self):
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
-
-
-class EpochSeededCollator:
-    """Run a training collator with the RNG seeded by (seed, epoch, the batch's content).
-
-    Collators may draw random numbers (MLM masks). The Trainer collates one batch ahead and
-    saves the RNG state after a step, so masks drawn from the global RNG cannot be replayed
-    exactly by a resumed run. Seeding each batch from what it holds and the epoch keeps masks
-    fresh every epoch, makes them independent of prefetching, and leaves the global RNG (used
-    by dropout) untouched.
-
-    Example:
-        >>> import torch
-        >>> noisy = EpochSeededCollator(lambda rows: torch.rand(len(rows)), seed=0)
-        >>> rows = [{"input_ids": [1, 2]}, {"input_ids": [3]}]
-        >>> bool((noisy(rows) == noisy(rows)).all())
-        True
-        >>> noisy.epoch = 1
-        >>> first = noisy(rows); noisy.epoch = 0
-        >>> bool((first == noisy(rows)).all())
-        False
-    """
-
-    def __init__(self, collator, seed: int):
-        self.collator = collator
-        self.seed = int(seed)
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def _batch_seed(self, features) -> int:
-        digest = zlib.crc32(f"{self.seed}:{self.epoch}".encode())
-        for feature in features:
-            items = sorted(feature.items()) if isinstance(feature, dict) else [("", feature)]
-            for key, value in items:
-                try:
-                    data = np.asarray(value).tobytes()
-                except (TypeError, ValueError):
-                    data = repr(value).encode()
-                digest = zlib.crc32(str(key).encode() + data, digest)
-        return digest
-
-    def __call__(self, features):
-        seed = self._batch_seed(features)
-        python_state, numpy_state = random.getstate(), np.random.get_state()
-        with torch.random.fork_rng(devices=[]):
-            torch.default_generator.manual_seed(seed)  # CPU only: CUDA streams stay as they are
-            random.seed(seed)
-            np.random.seed(seed)
-            try:
-                return self.collator(features)
-            finally:
-                random.setstate(python_state)
-                np.random.set_state(numpy_state)
-
-
-class _EpochSeeds(TrainerCallback):
-    """Tell the seeded sampler and collator which epoch starts.
-
-    accelerate forwards ``set_epoch`` through some sampler wrappers but not others (a resumed
-    multi-process run wraps ours in ``SkipBatchSampler(BatchSamplerShard(...))``, which it
-    does not reach), so the epoch is set here, from the trainer state, as well.
-    """
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-
-    def on_epoch_begin(self, args, state, control, **kwargs):
-        epoch = int(state.epoch or 0)
-        for name in ("_epoch_seeded_collator", "_seeded_sampler"):
-            target = getattr(self.trainer, name, None)
-            if target is not None:
-                target.set_epoch(epoch)
-
-
-class LengthSortedEvalMixin:
-    """Evaluate in length-sorted order: far less padding, and metrics are order-free."""
-
-    length_column = "length"
-
-    def _get_eval_sampler(self, eval_dataset):
-        lengths = None
-        if self.args.world_size <= 1 and hasattr(eval_dataset, "column_names"):
-            # The Trainer drops columns forward() does not name (often `length`) before it
-            # asks for a sampler, so fall back to measuring the token ids.
-            if self.length_column in eval_dataset.column_names:
-                lengths = list(eval_dataset[self.length_column])
-            elif "input_ids" in eval_dataset.column_names:
-                lengths = [len(ids) for ids in eval_dataset["input_ids"]]
-        if lengths is not None:
-            return sorted(range(len(lengths)), key=lengths.__getitem__)
-        return super()._get_eval_sampler(eval_dataset)
-
-
 class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
     """Trainer for :class:`~encoder_tasks.heads.EncoderWithHead` models.
 
@@ -203,7 +83,7 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
         self.task_args = task_args
         self._epoch_seeded_collator = None
         self._seeded_sampler = None
-        self.add_callback(_EpochSeeds(self))
+        self.add_callback(EpochSeeds(self))
         if getattr(self.args, "max_tokens_per_batch", None):
             model = (
                 self.accelerator.unwrap_model(self.model, keep_torch_compile=False) if self.model else None
@@ -230,10 +110,9 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
         """Training batches of at most ``--max_tokens_per_batch`` padded tokens, whole batches per process.
 
         Built here rather than by the stock ``_get_dataloader``, which passes only its own
-        batch samplers as ``batch_sampler``. Loader options are the stock ones.
+        batch samplers as ``batch_sampler``.
         """
         import datasets
-        from torch.utils.data import DataLoader
 
         args = self.args
         config = args.accelerator_config
@@ -269,9 +148,19 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
             examples / max(batches, 1),
             f"{sampler.padded_tokens():,}",
         )
+        return self._batch_sampler_dataloader(dataset, sampler, collator)
+
+    def _batch_sampler_dataloader(self, dataset, batch_sampler, collator):
+        """A loader of ``batch_sampler``'s batches (the stock loader options), prepared by accelerate.
+
+        For samplers that already give each process its own batches (token budgets, the
+        embedding task's global batches): accelerate's shard wrapper is told to pass them
+        through rather than share them out again.
+        """
+        args = self.args
         loader = DataLoader(
             dataset,
-            batch_sampler=sampler,
+            batch_sampler=batch_sampler,
             collate_fn=collator,
             num_workers=args.dataloader_num_workers,
             pin_memory=args.dataloader_pin_memory,
@@ -284,10 +173,8 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
             ),
         )
         prepared = self.accelerator.prepare(loader)
-        # The sampler already gave this process its own batches: accelerate's shard wrapper
-        # must pass them through rather than share them out again.
         wrapper = getattr(prepared, "batch_sampler", None)
-        if wrapper is not None and getattr(wrapper, "batch_sampler", None) is sampler:
+        if wrapper is not None and getattr(wrapper, "batch_sampler", None) is batch_sampler:
             wrapper.num_processes = 1
             wrapper.process_index = 0
         return prepared

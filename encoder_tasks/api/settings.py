@@ -55,7 +55,7 @@ def to_argv(
 ) -> list[str]:
     """The flags that give ``settings``; ``None`` leaves a setting unset (its default, or the
     value saved with the model). Values are checked as recipe values are."""
-    from ..config import _yaml_to_argv, build_parser
+    from ..parsing import _yaml_to_argv, build_parser
 
     check_names(settings, setting_names(dataclass_types), action, help_command)
     parser = build_parser(list(dataclass_types))

@@ -112,24 +112,39 @@ def table_rows(lines, shown: str, delimiter: str = "auto", column_names: list[st
         raise UserError(f"{shown}: no data rows (only a header?)")
 
 
-def read_jsonl(path: Path, encoding="utf-8"):
-    rows = []
-    for number, line in enumerate(read_text(path, encoding).splitlines(), start=1):
-        if not line.strip():
+def jsonl_rows(lines, shown: str):
+    """``(line, index, object)`` of JSON lines given as ``(line number, text)`` pairs, blank lines
+    skipped but still counted: what :func:`read_jsonl` reads, streamed (``predict --engine ray``).
+
+    Example:
+        >>> list(jsonl_rows([(1, '{"a": 1}\\n'), (2, "\\n"), (3, '{"a": 2}')], "f.jsonl"))
+        [(1, 0, {'a': 1}), (3, 1, {'a': 2})]
+    """
+    index = 0
+    for number, text in lines:
+        text = text.rstrip("\r\n")
+        if not text.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UserError(
-                f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno})"
+                f"{shown} line {number}: not valid JSON ({exc.msg} at column {exc.colno})"
             ) from None
         if not isinstance(record, dict):
-            raise UserError(f"{path} line {number}: expected a JSON object, found {type(record).__name__}")
-        record[LINE_COLUMN] = number
-        rows.append(record)
-    if not rows:
-        raise UserError(f"{path}: no records")
-    return rows
+            raise UserError(f"{shown} line {number}: expected a JSON object, found {type(record).__name__}")
+        yield number, index, record
+        index += 1
+    if not index:
+        raise UserError(f"{shown}: no records")
+
+
+def read_jsonl(path: Path, encoding="utf-8"):
+    """A JSON-lines file: one object per non-blank line, each with its line number."""
+    # Lines end at "\n" only (JSON Lines; CRLF's "\r" is stripped): str.splitlines would also cut
+    # at U+2028 and other separators that json.dumps(ensure_ascii=False) leaves inside strings.
+    lines = enumerate(read_text(path, encoding).split("\n"), start=1)
+    return [{**record, LINE_COLUMN: line} for line, _, record in jsonl_rows(lines, str(path))]
 
 
 def read_json(path: Path, encoding="utf-8", records_key: str = "data"):

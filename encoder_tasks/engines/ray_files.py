@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data.readers import table_rows
+from ..data.readers import jsonl_rows, table_rows
 from ..errors import UserError
 
 #: Rows per block a read task hands on (small blocks keep the driver's memory flat too).
@@ -84,27 +84,6 @@ def text_lines(stream, shown: str, encoding: str = "utf-8") -> Iterator[tuple[in
             break
     if not content:
         raise UserError(f"{shown}: the file is empty")
-
-
-def jsonl_rows(lines, shown: str, **_):
-    """``(line, index, object)`` of a JSON-lines file (blank lines skipped, still counted)."""
-    index = 0
-    for number, text in lines:
-        text = text.rstrip("\r\n")
-        if not text.strip():
-            continue
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UserError(
-                f"{shown} line {number}: not valid JSON ({exc.msg} at column {exc.colno})"
-            ) from None
-        if not isinstance(record, dict):
-            raise UserError(f"{shown} line {number}: expected a JSON object, found {type(record).__name__}")
-        yield number, index, record
-        index += 1
-    if not index:
-        raise UserError(f"{shown}: no records")
 
 
 def plain_lines(lines, shown: str, **_):

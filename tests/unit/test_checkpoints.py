@@ -16,7 +16,7 @@ from encoder_tasks.checkpoints import (
     staging_path,
 )
 from encoder_tasks.cli import main
-from encoder_tasks.trainer import SeededLengthGroupedSampler
+from encoder_tasks.sampling import SeededLengthGroupedSampler
 from tests.helpers import write
 
 

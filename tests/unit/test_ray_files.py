@@ -23,6 +23,7 @@ TABLES = {
 JSONL = {
     "blank-lines.jsonl": b'{"text": "a"}\n\n  \n{"text": "b", "n": 2}\n',
     "crlf.jsonl": b'{"text": "a"}\r\n{"text": "\\u00e9t\\u00e9"}\r\n',
+    "separators.jsonl": '{"text": "a\u2028b\x85c"}\n{"text": "d"}\n'.encode(),
 }
 
 

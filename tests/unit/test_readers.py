@@ -89,6 +89,14 @@ def test_encoding_option(tmp_path):
     assert read_file(path, encoding="latin-1")["text"] == ["café"]
 
 
+def test_jsonl_lines_end_at_newlines_only(tmp_path):
+    # json.dumps(ensure_ascii=False) leaves U+2028, U+2029 and U+0085 raw inside strings.
+    texts = ["a\u2028b", "c\x85d\u2029e", "plain"]
+    data = "\r\n".join(json.dumps({"text": t}, ensure_ascii=False) for t in texts) + "\n"
+    ds = read_file(write(tmp_path / "a.jsonl", data))
+    assert ds["text"] == texts and ds["_line"] == [1, 2, 3]
+
+
 def test_jsonl_fields_missing_from_the_first_record_are_kept(tmp_path):
     path = write(tmp_path / "a.jsonl", '{"text": "a"}\n{"text": "b", "label": "pos"}\n')
     ds = read_file(path)

@@ -66,8 +66,6 @@ class EmbeddingTrainer(EncoderTaskTrainer):
             check_dims(dims, self.accelerator.unwrap_model(self.model).config.hidden_size)
 
     def get_train_dataloader(self):
-        from torch.utils.data import DataLoader
-
         dataset = self.train_dataset
         distinct = self.task_settings.batch_sampler == "no_duplicates"
         keys = duplicate_keys(dataset) if distinct else [(i,) for i in range(len(dataset))]
@@ -79,21 +77,8 @@ class EmbeddingTrainer(EncoderTaskTrainer):
             rank=self.args.process_index,
             world_size=self.args.world_size,
         )
-        loader = DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers,
-            pin_memory=self.args.dataloader_pin_memory,
-        )
-        prepared = self.accelerator.prepare(loader)
-        # The sampler already gives each process its own slice of a global batch; accelerate's
-        # shard wrapper must pass batches through instead of sharding them again.
-        wrapper = getattr(prepared, "batch_sampler", None)
-        if wrapper is not None and getattr(wrapper, "batch_sampler", None) is sampler:
-            wrapper.num_processes = 1
-            wrapper.process_index = 0
-        return prepared
+        # Each process already gets its own slice of a global batch from the sampler.
+        return self._batch_sampler_dataloader(dataset, sampler, self.data_collator)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The model's own loss, unless Matryoshka sizes or ``--cache_chunk_size`` ask for more."""
