@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "model and engines",
         (
-            "backbone", "heads", "config", "training_args", "trainer", "samplers", "predict",
+            "backbone", "heads", "config", "parsing", "training_args", "trainer", "sampling", "predict",
             "runtimes", "export", "quantization", "distillation", "reporting.plots",
             "reporting.run_report",
         ),
