@@ -36,15 +36,13 @@ from pathlib import Path
 
 from benchmarks.common import MINILM, require_data
 from benchmarks.suite.toolkit_run import (
-    evaluate_toolkit,
     is_toolkit,
     new_run_dir,
     on_gpu,
     result_row,
     stock_training_args,
-    toolkit_batch_size,
+    toolkit_contender,
     train_stock,
-    train_toolkit,
 )
 
 logger = logging.getLogger(__name__)
@@ -265,24 +263,10 @@ def _run_toolkit(files: dict[str, Path], contender: str, seed: int, epochs, run_
     from encoder_tasks.tasks.mlm.model import MaskedLanguageModel
     from encoder_tasks.tasks.mlm.text import make_blocks, read_text_file
 
-    flags = [
-        "--model_name_or_path",
-        MINILM,
-        "--train_file",
-        str(files["train"]),
-        # Given, so the toolkit holds no training documents out for its own validation.
-        "--validation_file",
-        str(files["validation"]),
-        "--max_length",
-        str(BLOCK),
-        "--mask_rate",
-        str(MASK_RATE),
-        "--num_train_epochs",
-        str(epochs),
-    ]
+    # The validation file is given, so the toolkit holds no training documents out for its own.
+    task_flags = ["--max_length", str(BLOCK), "--mask_rate", str(MASK_RATE)]
+    training, test = toolkit_contender(TASK, contender, seed, files, epochs, run_dir, task_flags, extra_flags)
     model_dir = run_dir / "model"
-    training = train_toolkit(TASK, flags, seed, model_dir, toolkit_batch_size(contender), extra_flags)
-    test = evaluate_toolkit(TASK, model_dir, files["test"], seed)
     tokenizer = load_tokenizer(str(model_dir))
     test_blocks = make_blocks(read_text_file(files["test"]), tokenizer, max_length=BLOCK)
     train_blocks = len(make_blocks(read_text_file(files["train"]), tokenizer, max_length=BLOCK))

@@ -13,10 +13,12 @@ code is the classification module's (:func:`benchmarks.suite.classification.run_
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from benchmarks.common import require_data
 from benchmarks.suite.classification import MAX_LENGTH, GlueBenchmark, run_glue
+from benchmarks.suite.toolkit_run import describe_sizes
 
 TASK = "pair"
 TRAIN = "pair/stsb/sts-train.csv"
@@ -86,19 +88,7 @@ def _write(path: Path, rows) -> None:
 
 def describe(size: str) -> dict:
     """The sizes, epochs and max length of ``size`` (goes in the result file)."""
-    sizes = SIZES[size]
-    return {
-        "task": TASK,
-        "dataset": DATASET,
-        "stock_script": STOCK_SCRIPT,
-        "train_examples": sizes["train"],
-        "validation_examples": sizes["validation"],
-        "test_examples": sizes["test"],
-        "epochs": sizes["epochs"],
-        "max_length": MAX_LENGTH,
-        "metric": STSB.metric,
-        "data_seed": DATA_SEED,
-    }
+    return describe_sizes(sys.modules[__name__], size, max_length=MAX_LENGTH, metric=STSB.metric)
 
 
 def run(contender: str, seed: int, size: str, work: Path, extra_flags=()) -> dict:

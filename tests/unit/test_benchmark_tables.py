@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from benchmarks import bench_all, tables
 
-from benchmarks import bench_all, tables  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 TABLE = {"columns": ["task", "score"], "rows": [["ner", "0.500 ± 0.010"], ["qa", "a|b"]]}
 RENDERED = "| task | score |\n|---|---|\n| ner | 0.500 ± 0.010 |\n| qa | a\\|b |"
@@ -28,9 +27,13 @@ def test_every_doc_table_matches_its_result_file():
     pending = [p for p in problems if "PENDING" in p]
     assert not problems, (
         "benchmark tables in the docs differ from the result files they cite "
-        "(regenerate with `python benchmarks/tables.py --write`):\n"
+        "(regenerate with `python -m benchmarks.tables --write`):\n"
         + "\n".join(problems)
-        + (f"\n{len(pending)} table(s) still cite PENDING: run benchmarks/bench_all.py" if pending else "")
+        + (
+            f"\n{len(pending)} table(s) still cite PENDING: run python -m benchmarks.bench_all"
+            if pending
+            else ""
+        )
     )
 
 
@@ -284,7 +287,7 @@ def test_driver_order_partial_resume_and_failures(tmp_path, monkeypatch):
 
     saved = {}
     monkeypatch.setattr(bench_all, "launch", launch)
-    monkeypatch.setattr(bench_all, "describe", lambda task, size, logs: {"dataset": "D", "describe": {}})
+    monkeypatch.setattr(bench_all, "task_sizes", lambda task, size, logs: {"dataset": "D", "describe": {}})
     monkeypatch.setattr(
         bench_all, "save_results", lambda name, data: saved.update(name=name, data=data) or tmp_path
     )
@@ -299,8 +302,9 @@ def test_driver_order_partial_resume_and_failures(tmp_path, monkeypatch):
     assert data["runs"][1]["log_tail"] == "boom"
     assert data["contenders"]["toolkit-t"] == ["--a", "1"]
     assert set(data["tables"]) == {"training", "time-shares", "targets", "variants"}
-    partial = next(tmp_path.glob("bench_all-training-quick-*.partial.json"))
-    assert len(json.loads(partial.read_text())["runs"]) == 20
+    partial = next(tmp_path.glob("bench_all-training-quick-*.partial"))
+    assert len(list(partial.glob("*-seed*.json"))) == 20  # one file per run, the failed one too
+    assert json.loads((partial / "ner-stock-tuned-seed1.json").read_text())["error"] == "exit status 1"
     # Resume: only the failed run is run again.
     calls.clear()
     failing[0] = False
