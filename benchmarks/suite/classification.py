@@ -25,6 +25,7 @@ from benchmarks.suite.toolkit_run import (
     is_toolkit,
     new_run_dir,
     result_row,
+    split_paths,
     stock_training_args,
     toolkit_contender,
     train_stock,
@@ -81,9 +82,8 @@ def splits(size: str, work: Path) -> dict[str, Path]:
     from encoder_tasks.data import read_file
 
     sizes = SIZES[size]
-    folder = work / "data" / f"{TASK}-{size}"
-    files = {name: folder / f"{name}.jsonl" for name in ("train", "validation", "test")}
-    if all(path.exists() for path in files.values()):
+    files, written = split_paths(TASK, size, work, ".jsonl")
+    if written:
         return files
     train_path, dev_path = require_data(TRAIN, DEV)
     # One seed-0 permutation: validation is its head, training comes from the rest.

@@ -40,6 +40,7 @@ from benchmarks.suite.toolkit_run import (
     new_run_dir,
     on_gpu,
     result_row,
+    split_paths,
     stock_training_args,
     toolkit_contender,
     train_stock,
@@ -122,10 +123,10 @@ def splits(size: str, work: Path) -> tuple[dict[str, Path], dict]:
     """Write (once) and return the ``train``/``validation``/``test`` files and their sizes."""
     import json
 
-    folder = work / "data" / f"{TASK}-{size}"
-    files = {name: folder / f"{name}.txt" for name in ("train", "validation", "test")}
+    files, written = split_paths(TASK, size, work, ".txt")
+    folder = files["train"].parent
     info_path = folder / "sizes.json"
-    if info_path.exists() and all(path.exists() for path in files.values()):
+    if written and info_path.exists():
         return files, json.loads(info_path.read_text())
     from transformers import AutoTokenizer
 

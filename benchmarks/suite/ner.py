@@ -31,6 +31,7 @@ from benchmarks.suite.toolkit_run import (
     is_toolkit,
     new_run_dir,
     result_row,
+    split_paths,
     stock_training_args,
     toolkit_contender,
     train_stock,
@@ -62,11 +63,10 @@ SIZES = {
 def splits(size: str, work: Path) -> dict[str, Path]:
     """Write (once) and return the ``train``, ``validation`` and ``test`` CoNLL files for ``size``."""
     sizes = SIZES[size]
-    folder = work / "data" / f"{TASK}-{size}"
-    files = {name: folder / f"{name}.conll" for name in FILES}
-    if all(path.exists() for path in files.values()):
+    files, written = split_paths(TASK, size, work, ".conll")
+    if written:
         return files
-    folder.mkdir(parents=True, exist_ok=True)
+    files["train"].parent.mkdir(parents=True, exist_ok=True)
     sources = dict(zip(FILES, require_data(*FILES.values())))
     for name, source in sources.items():
         words, tags = read_sentences(source, TOKEN_PREFIX, seed=DATA_SEED, limit=sizes[name])

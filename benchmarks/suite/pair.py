@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks.common import require_data
 from benchmarks.suite.classification import MAX_LENGTH, GlueBenchmark, run_glue
-from benchmarks.suite.toolkit_run import describe_sizes
+from benchmarks.suite.toolkit_run import describe_sizes, split_paths
 
 TASK = "pair"
 TRAIN = "pair/stsb/sts-train.csv"
@@ -61,9 +61,8 @@ def splits(size: str, work: Path) -> dict[str, Path]:
     from encoder_tasks.data import read_file
 
     sizes = SIZES[size]
-    folder = work / "data" / f"{TASK}-{size}"
-    files = {name: folder / f"{name}.jsonl" for name in ("train", "validation", "test")}
-    if all(path.exists() for path in files.values()):
+    files, written = split_paths(TASK, size, work, ".jsonl")
+    if written:
         return files
     train_path, dev_path, test_path = require_data(TRAIN, DEV, TEST)
     train = read_file(train_path, column_names=COLUMNS).shuffle(seed=DATA_SEED)

@@ -33,6 +33,7 @@ from benchmarks.suite.toolkit_run import (
     is_toolkit,
     new_run_dir,
     result_row,
+    split_paths,
     stock_training_args,
     toolkit_contender,
     train_stock,
@@ -71,9 +72,8 @@ SIZES = {
 def splits(size: str, work: Path) -> dict[str, Path]:
     """Write (once) and return the ``train``, ``validation`` and ``test`` files for ``size``."""
     sizes = SIZES[size]
-    folder = work / "data" / f"{TASK}-{size}"
-    files = {name: folder / f"{name}.json" for name in FILES}
-    if all(path.exists() for path in files.values()):
+    files, written = split_paths(TASK, size, work, ".json")
+    if written:
         return files
     sources = dict(zip(FILES, require_data(*FILES.values())))
     for name, source in sources.items():

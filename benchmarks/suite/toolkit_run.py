@@ -247,6 +247,15 @@ def toolkit_contender(
     return training, evaluate_toolkit(task, model_dir, files["test"], seed)
 
 
+def split_paths(task: str, size: str, work: Path, suffix: str) -> tuple[dict[str, Path], bool]:
+    """A suite module's ``train``, ``validation`` and ``test`` files for ``size`` under ``work``
+    (``work/data/<task>-<size>/<split><suffix>``), and whether all of them are written (a
+    module writes its splits once; every run of that size reads the same files)."""
+    folder = work / "data" / f"{task}-{size}"
+    files = {name: folder / f"{name}{suffix}" for name in ("train", "validation", "test")}
+    return files, all(path.exists() for path in files.values())
+
+
 def describe_sizes(module, size: str, **settings) -> dict:
     """A suite module's ``describe(size)``: its task, dataset and stock script, the split sizes
     and epochs of ``size``, the task's ``settings`` (max length, metric...) in the order given,
