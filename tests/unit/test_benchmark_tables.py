@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_all, tables
+from benchmarks import bench_all, harness, tables
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -350,3 +350,77 @@ def test_variants_are_compared_with_the_defaults_on_validation_data():
     (row,) = table["rows"]
     assert row[:3] == ["pair", "toolkit-batch16", "--b 16"]
     assert row[6] == "worse" and row[7] == "1.50x"
+
+
+# ---- the harness every script shares (benchmarks/harness.py) --------------------------------------
+CPUINFO = """processor	: 0
+model name	: Intel(R) Xeon(R) Platinum 8480+
+flags		: fpu sse4_2 avx avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile
+processor	: 1
+model name	: something else
+flags		: fpu
+"""
+
+
+def test_cpu_info_keeps_the_first_core_and_the_vector_and_matrix_flags():
+    assert harness.cpu_info(CPUINFO) == {
+        "model": "Intel(R) Xeon(R) Platinum 8480+",
+        "flags": ["amx_bf16", "amx_tile", "avx", "avx2", "avx512_bf16", "avx512f", "fma"],
+    }
+    arm = harness.cpu_info("processor : 0\nFeatures : fp asimd sve bf16 i8mm crc32\n")
+    assert arm["flags"] == ["asimd", "bf16", "i8mm", "sve"]
+
+
+def test_describe_records_the_machine_beside_what_older_files_hold():
+    found = harness.describe()
+    assert set(found) >= {"python", "torch", "transformers", "threads", "OMP_WAIT_POLICY", "cpu", "cuda"}
+    assert found["cores"] >= found["usable_cores"] >= 1 and isinstance(found["cpu_flags"], list)
+    json.dumps(found)  # goes into every result file
+
+
+def test_cached_computes_once_then_reads_and_redoes_refused_rows(tmp_path):
+    calls = []
+
+    def compute(value):
+        calls.append(value)
+        return {"row": value, "error": "boom"} if value == "bad" else {"row": value}
+
+    path = tmp_path / "deep" / "row.json"
+    assert harness.cached(path) is None  # nothing kept, nothing to compute
+    assert harness.cached(path, lambda: compute("bad")) == {"row": "bad", "error": "boom"}
+    ok = lambda row: "error" not in row  # noqa: E731
+    assert harness.cached(path, lambda: compute("good"), keep=ok) == {"row": "good"}
+    assert harness.cached(path, lambda: compute("again"), keep=ok) == {"row": "good"}
+    assert harness.cached(path, lambda: compute("redo"), redo=True) == {"row": "redo"}
+    assert calls == ["bad", "good", "redo"]
+    assert json.loads(path.read_text()) == {"row": "redo"}
+    assert [p.name for p in path.parent.iterdir()] == ["row.json"]  # no scratch file left
+
+
+def test_cached_leaves_no_file_when_the_computation_fails(tmp_path):
+    def fail():
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        harness.cached(tmp_path / "row.json", fail)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_timed_warms_up_once_and_keeps_the_first_output():
+    outputs = iter(range(10))
+    median, seconds, output = harness.timed(lambda: next(outputs), 4)
+    assert output == 0 and len(seconds) == 4 and next(outputs) == 5  # 1 warm-up + 4 timed
+    assert min(seconds) <= median <= max(seconds)
+
+
+def test_scripts_are_started_and_recorded_as_modules_of_the_package():
+    assert harness.module_command("bench_all", "--worker", "x")[1:] == [
+        "-m",
+        "benchmarks.bench_all",
+        "--worker",
+        "x",
+    ]
+    assert (
+        harness.invocation("bench_all", ["--size", "quick"]) == "python -m benchmarks.bench_all --size quick"
+    )
+    assert (harness.REPO / "benchmarks" / "__init__.py").is_file()
