@@ -103,11 +103,12 @@ def read_squad(paths: list[Path]) -> list[tuple[str, list[str]]]:
 
 
 def build_splits(lang: str, size: dict, work: Path) -> dict:
-    """Train/validation/test by paragraph, written once to ``work/<lang>/``."""
-    folder = work / lang
-    done = folder / "splits.json"
-    if done.is_file():
-        return json.loads(done.read_text(encoding="utf-8"))
+    """Train/validation/test by paragraph, written once to ``work/<lang>/`` (``splits.json``
+    last, once the training files are written)."""
+    return cached(work / lang / "splits.json", lambda: write_splits(lang, size, work / lang))
+
+
+def write_splits(lang: str, size: dict, folder: Path) -> dict:
     paragraphs = read_squad([DATA / p for p in LANGS[lang]])
     random.Random(0).shuffle(paragraphs)
     n = len(paragraphs)
@@ -130,7 +131,6 @@ def build_splits(lang: str, size: dict, work: Path) -> dict:
     with open(folder / "train-corpus.jsonl", "w", encoding="utf-8") as f:
         for p in splits["train"]["corpus"]:
             f.write(json.dumps({"text": p}, ensure_ascii=False) + "\n")
-    done.write_text(json.dumps(splits, ensure_ascii=False), encoding="utf-8")
     return splits
 
 
