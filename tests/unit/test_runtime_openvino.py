@@ -99,7 +99,9 @@ def test_distilbert_without_token_types(tmp_path):
 
 def test_threads_calling_at_once_get_their_own_answers(bert, exported):
     encoder, tokenizer = bert
-    runtime = ov_runtime.load(exported, encoder.config, threads=1)
+    # Two threads each, unpinned: requests in flight at once share the cores.
+    runtime = ov_runtime.load(exported, encoder.config, threads=2, pinning=False)
+    assert runtime.settings["pinning"] is False
     # Different sentences and lengths per thread: a shared request would mix them up.
     inputs = [tokenizer(CORPUS[i : i + 1 + i % 3], padding=True, return_tensors="pt") for i in range(6)]
     wanted = [torch_hidden(encoder, batch) for batch in inputs]
