@@ -12,15 +12,14 @@ runs the encoder and mean-pools over the attention mask; that whole loop is time
 Contenders (encoder_tasks/runtimes/openvino.py for the OpenVINO rows):
 
 - ``torch fp32``: ``AutoModel`` under ``torch.inference_mode``;
-- ``openvino fp32``: the exported graph, ``INFERENCE_PRECISION_HINT=f32``, hint LATENCY;
-- ``openvino fp32 THROUGHPUT``: the same with the THROUGHPUT hint (one caller), which decides
-  the backend's default hint;
-- ``openvino fp32 unpinned``: the same with ``ENABLE_CPU_PINNING=False`` (OpenVINO pins its
-  threads to cores by default on Linux; on a machine other jobs share, a pinned thread waits);
-- ``openvino bf16``: the same graph at ``INFERENCE_PRECISION_HINT=bf16``, the CPU plugin's own
-  default on CPUs with bf16 units (shown so the fp32 row is not mistaken for it);
+- ``openvino fp32``: the exported graph at the backend's defaults: ``INFERENCE_PRECISION_HINT=f32``,
+  hint LATENCY, threads not pinned to cores;
+- ``openvino fp32 pinned``: the same with OpenVINO's own pinning default (on Linux: pinned);
+- ``openvino fp32 THROUGHPUT``: the THROUGHPUT hint (streams; one caller here);
+- ``openvino bf16``: ``INFERENCE_PRECISION_HINT=bf16``, the CPU plugin's own default on CPUs
+  with bf16 units (shown so the fp32 row is not mistaken for it);
 - ``openvino int8``: nncf static int8 (``quantize_int8``), calibrated on ``--calibration``
-  (256) sentences of STS-B **train** (seed-0 sample, in batches of 32), rest in f32;
+  (256) sentences of STS-B **train** (seed-0 sample, in batches of 32), the rest in f32;
 - ``openvino int8 + bf16``: the int8 graph with the rest in bf16.
 
 Reported per contender: sentences per second (median over ``--repeats`` passes; the contenders
@@ -178,8 +177,8 @@ def main(argv=None) -> int:
     contenders = {
         "torch fp32": encoder,
         "openvino fp32": ov_runtime.load(fp32_xml, config, threads),
+        "openvino fp32 pinned": ov_runtime.load(fp32_xml, config, threads, pinning=None),
         "openvino fp32 THROUGHPUT": ov_runtime.load(fp32_xml, config, threads, hint="THROUGHPUT"),
-        "openvino fp32 unpinned": ov_runtime.load(fp32_xml, config, threads, pinning=False),
         "openvino bf16": ov_runtime.load(fp32_xml, config, threads, precision="bf16"),
         "openvino int8": ov_runtime.load(int8_xml, config, threads),
         "openvino int8 + bf16": ov_runtime.load(int8_xml, config, threads, precision="bf16"),
@@ -209,6 +208,7 @@ def main(argv=None) -> int:
                 "cosine_min": float(agreement.min()),
                 "spearman": float(spearmanr(similarity, gold).statistic),
                 "seconds": seconds[name],
+                "runtime_settings": getattr(contenders[name], "settings", None),
             }
         )
     print_table(rows, ["contender", "sentences_per_s", "x_torch", "cosine_mean", "cosine_min", "spearman"])

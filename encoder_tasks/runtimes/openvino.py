@@ -58,10 +58,13 @@ ENCODER_BIN = "encoder.bin"
 INFO_FILE = "encoder_info.json"
 PRECISIONS = ("f32", "bf16")
 HINTS = ("LATENCY", "THROUGHPUT")
-#: One caller with batches of 64 on the CPU: LATENCY (all threads on one request) was the
-#: faster hint (benchmarks/results/openvino-*.json); THROUGHPUT splits the cores into streams,
-#: which pays only with several requests in flight at once.
+#: One caller, MiniLM, batches of 64, 2 shared cores (benchmarks/results/openvino-*.json):
+#: LATENCY (every thread on one request) unpinned was the fastest fp32 setting, 1.25x torch,
+#: where LATENCY pinned (OpenVINO's own default on Linux) was 0.81x and THROUGHPUT (streams,
+#: for requests in flight at once) 1.14x. A pinned thread cannot leave a core that another
+#: process keeps busy; on a machine of its own, try ``pinning=None``.
 DEFAULT_HINT = "LATENCY"
+DEFAULT_PINNING = False
 #: |OpenVINO - torch| allowed at export, relative to (1 + the largest |torch| value).
 TOLERANCE = 1e-4
 #: (batch, length, padded) of the batches an export is checked on: the traced shape with padding,
@@ -316,7 +319,7 @@ def load(
     *,
     hint: str = DEFAULT_HINT,
     precision: str = "f32",
-    pinning: bool | None = None,
+    pinning: bool | None = DEFAULT_PINNING,
 ) -> OpenVINOEncoder:
     """Compile an export (its folder or ``encoder.xml``) for the CPU; ``config``: the encoder's.
 
@@ -324,8 +327,8 @@ def load(
     is the performance hint (``LATENCY``: every thread on one request; ``THROUGHPUT``: streams
     for requests in flight at once); ``precision`` the inference precision of what is not int8
     (``f32``, or ``bf16`` where the CPU has it: no longer equal to torch, and not always
-    faster); ``pinning`` sets ``ENABLE_CPU_PINNING`` (None: OpenVINO's choice, pinned on Linux;
-    a pinned thread cannot move off a core that other processes keep busy).
+    faster); ``pinning`` sets ``ENABLE_CPU_PINNING`` (default off, see :data:`DEFAULT_PINNING`;
+    None: OpenVINO's choice, pinned on Linux).
 
     Example:
         >>> load("missing-folder", config=None)
