@@ -58,7 +58,7 @@ ENCODER_BIN = "encoder.bin"
 INFO_FILE = "encoder_info.json"
 PRECISIONS = ("f32", "bf16")
 HINTS = ("LATENCY", "THROUGHPUT")
-#: One caller, MiniLM, batches of 64, 2 shared cores (benchmarks/results/openvino-*.json):
+#: One caller, MiniLM, batches of 64, 2 shared cores (benchmarks/results/openvino-20261201-164304.json):
 #: LATENCY (every thread on one request) unpinned was the fastest fp32 setting, 1.25x torch,
 #: where LATENCY pinned (OpenVINO's own default on Linux) was 0.81x and THROUGHPUT (streams,
 #: for requests in flight at once) 1.14x. A pinned thread cannot leave a core that another
