@@ -17,7 +17,7 @@ RELIABILITY_TESTS := tests/slow/test_resume_kill_points.py tests/slow/test_resum
 # The optional extras the development install has, so no test skips for want of them (tests/conftest.py
 # turns such a skip into a failure): ONNX, plots, search, LoRA, sentence-transformers, jieba, TensorBoard,
 # the server (FastAPI, uvicorn, httpx; the openai client is in dev), Ray and bm25s.
-DEV_EXTRAS  := dev,onnx,plots,search,peft,sentence-transformers,chinese,tensorboard,serve,ray,retrieval
+DEV_EXTRAS  := dev,onnx,plots,search,peft,sentence-transformers,chinese,tensorboard,serve,ray,retrieval,openvino
 
 # Idle OpenMP threads sleep instead of spinning, so they leave the cores to working threads when threads
 # outnumber cores (docs/speed.md); the user's own choice wins.
