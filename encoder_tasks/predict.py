@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -28,6 +29,13 @@ from .errors import UserError, check_choice
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "fp32", "bf16")
+
+#: Called by :func:`run_batches` before every forward pass when set (the server sets it on each
+#: model's worker thread): it raises to stop work whose requester has gone (timed out, client left),
+#: so one long request cannot hold a model for minutes after nobody waits for it.
+BEFORE_FORWARD: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "encoder_tasks_before_forward", default=None
+)
 
 
 def uses_bf16(device: torch.device | str, precision: str = "auto") -> bool:
@@ -204,7 +212,10 @@ def run_batches(
     lengths = [len(f["input_ids"]) for f in features]
     results: list = [None] * len(features)
     batches = length_sorted_batches(lengths, batch_size)
+    before_forward = BEFORE_FORWARD.get()
     for chunk in progress(batches, desc=desc, unit="batch", disable=disable_tqdm):
+        if before_forward is not None:
+            before_forward()
         batch = collate([features[i] for i in chunk])
         with autocast_for(device, precision):
             output = model(**{k: v.to(device) for k, v in batch.items()})

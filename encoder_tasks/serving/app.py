@@ -45,6 +45,8 @@ class ServeOptions:
     batch_size: int = 64
     max_inputs_per_request: int = 256
     max_chars_per_input: int = 20000
+    max_request_tokens: int = 65536
+    max_queue: int = 64
     request_timeout: float = 30.0
     precision: str = "auto"
     drain_timeout: float = 30.0
@@ -61,6 +63,8 @@ class ServeOptions:
             ("batch_size", 1),
             ("max_inputs_per_request", 1),
             ("max_chars_per_input", 1),
+            ("max_request_tokens", 1),
+            ("max_queue", 1),
             ("drain_timeout", 0),
         ):
             if getattr(self, name) < least:

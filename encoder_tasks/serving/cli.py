@@ -103,6 +103,9 @@ def main(argv: list[str]) -> int:
         "batch_size": "Inputs per forward pass inside a batch (predict's --batch_size).",
         "max_inputs_per_request": "Most inputs one request may hold (more: 413).",
         "max_chars_per_input": "Most characters one text of an input may hold (more: 413).",
+        "max_request_tokens": "Most tokens one request may compute, every window of a long text counted "
+        "(more: 413).",
+        "max_queue": "Most requests waiting per model; one more is refused at once with 429 and Retry-After.",
         "request_timeout": "Seconds a request may wait for its answer (then 503).",
         "precision": "auto, fp32 or bf16, as predict's --precision.",
         "drain_timeout": "Seconds SIGTERM waits for requests in flight before exiting.",

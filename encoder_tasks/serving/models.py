@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..inference import Predictor, task_of
-from ..inputs import InputError, describe
+from ..inputs import InputError, describe, record_texts
 from .batcher import Batcher
 from .errors import ApiError
 
@@ -83,6 +83,7 @@ class ServedModel:
             options.max_batch_tokens,
             options.max_wait_ms,
             self.metrics,
+            max_queue=options.max_queue,
         )
         self.batcher.start()
         self.predictor = predictor
@@ -172,9 +173,25 @@ class ServedModel:
         except InputError as error:
             raise ApiError(400, str(error), error.field) from None
 
-    def _count_tokens(self, inputs: list[dict[str, Any]]) -> int:
+    def costs(self, inputs: list[dict[str, Any]], overrides: dict[str, Any] | None = None) -> list[int]:
+        """Tokens each input computes with these parameters: every window of a long text counted
+        at the full window length (a 20,000-character text is dozens of forward rows, not one),
+        truncated texts at most ``max_length``. What the batch budget and ``--max_request_tokens``
+        count (blocking: call it off the event loop)."""
         with self._count_lock:
-            return sum(self._counter.count_tokens(inputs))
+            return _costs(self._counter, self.task, inputs, overrides or {})
+
+    def check_cost(self, costs: list[int], where: str = "inputs") -> None:
+        """ApiError 413 when a request computes more tokens than ``--max_request_tokens``."""
+        total, limit = sum(costs), self.options.max_request_tokens
+        if total > limit:
+            raise ApiError(
+                413,
+                f"{where}: expected at most {limit} tokens of work per request (--max_request_tokens; "
+                f"every window of a long text counts), found {total} in {len(costs)} inputs; send fewer "
+                "or shorter inputs",
+                where,
+            )
 
     def token_lengths(self, sequences: list[tuple[str, ...]]) -> list[int]:
         """Tokens per sequence (a text, or a pair encoded together), special tokens included,
@@ -193,6 +210,7 @@ class ServedModel:
         came within ``request_timeout``."""
         if self.batcher is None or self.state == "failed":
             raise self._unavailable()
+        self.batcher.admit()  # a full queue refuses at once, before any work is spent on counting
         answer = asyncio.ensure_future(
             asyncio.wait_for(self._submit(inputs, overrides or {}), self.options.request_timeout)
         )
@@ -224,8 +242,63 @@ class ServedModel:
             ) from None
 
     async def _submit(self, inputs: list[dict[str, Any]], overrides: dict[str, Any]) -> list[dict[str, Any]]:
-        tokens = await asyncio.to_thread(self._count_tokens, inputs)
-        return await self.batcher.submit(inputs, overrides, tokens)
+        costs = await asyncio.to_thread(self.costs, inputs, overrides)
+        self.check_cost(costs)
+        return await self.batcher.submit(inputs, overrides, costs)
+
+
+def _windows(length: int, room: int, stride: int) -> int:
+    """Windows of ``room`` tokens, neighbours sharing ``stride``, that cover ``length`` tokens."""
+    if length <= room:
+        return 1
+    step = max(room - max(stride, 0), 1)
+    return 1 + -(-(length - room) // step)
+
+
+def _costs(
+    predictor: Predictor, task: str, inputs: list[dict[str, Any]], overrides: dict[str, Any]
+) -> list[int]:
+    """See :meth:`ServedModel.costs`; ``predictor`` holds the counting tokenizer."""
+    tokenizer, args, settings = predictor.tokenizer, predictor.args, predictor.settings
+
+    def flag(name: str, default: Any = None) -> Any:
+        value = overrides.get(name, getattr(args, name, None))
+        if value is None and settings is not None:
+            value = getattr(settings, name, None)
+        return default if value is None else value
+
+    real_limit = getattr(predictor.tokenizer, "init_kwargs", {}).get("model_max_length") or 512
+    max_length = int(flag("max_length", real_limit if real_limit < 1 << 20 else 512))
+    single = tokenizer.num_special_tokens_to_add(pair=False)
+    paired = tokenizer.num_special_tokens_to_add(pair=True)
+    texts = [text for record in inputs for text in record_texts(record)]
+    lengths = iter(
+        len(ids) for ids in (tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+    )
+    costs = []
+    for record in inputs:
+        # record_texts: the string (and token list) fields, in the record's order
+        names = [k for k, v in record.items() if isinstance(v, str | list)]
+        sizes = {name: next(lengths) for name in names}
+        counts = [n for name, n in sizes.items() if name != "id"]
+        if task == "qa":
+            question = min(sizes["question"], int(flag("max_question_length", sizes["question"])))
+            context = sizes["context"]
+            room = max(max_length - paired - question, 1)
+            windows = _windows(context, room, int(flag("doc_stride", 0)))
+            costs.append(windows * max_length if windows > 1 else question + context + paired)
+        elif (
+            task in ("classification", "ner")
+            and len(counts) == 1
+            and (task == "ner" or flag("long_text", "window") == "window")
+        ):
+            windows = _windows(counts[0], max_length - single, int(flag("window_stride", 0)))
+            costs.append(windows * max_length if windows > 1 else counts[0] + single)
+        elif task in ("classification", "pair") and len(counts) == 2:
+            costs.append(min(sum(counts) + paired, max_length))  # one sequence, truncated
+        else:  # each text its own sequence, truncated (embedding, mlm)
+            costs.append(sum(min(n + single, max_length) for n in counts) or 1)
+    return costs
 
 
 async def _disconnected(request) -> None:
