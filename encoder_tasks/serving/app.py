@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UserError
@@ -47,6 +48,7 @@ class ServeOptions:
     max_chars_per_input: int = 20000
     max_request_tokens: int = 65536
     max_queue: int = 64
+    max_top_k: int = 100
     request_timeout: float = 30.0
     precision: str = "auto"
     drain_timeout: float = 30.0
@@ -65,6 +67,7 @@ class ServeOptions:
             ("max_chars_per_input", 1),
             ("max_request_tokens", 1),
             ("max_queue", 1),
+            ("max_top_k", 1),
             ("drain_timeout", 0),
         ):
             if getattr(self, name) < least:
@@ -127,6 +130,18 @@ def create_app(models: dict[str, str | Path], options: ServeOptions | None = Non
 
     app.include_router(router)
     return app
+
+
+def _dumps(content: Any) -> bytes:
+    # JSONResponse's own rendering (compact, UTF-8, no NaN)
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+async def json_response(content: Any, status_code: int = 200) -> Response:
+    """A JSON answer rendered on a worker thread: a large answer (256 inputs, many candidates)
+    takes the event loop no time, so ``/health`` and every other request keep answering."""
+    body = await asyncio.to_thread(_dumps, content)
+    return Response(body, status_code, media_type="application/json")
 
 
 def _body_limit(options: ServeOptions) -> int:
@@ -250,7 +265,7 @@ def _add_routes(app: FastAPI) -> None:
         inputs = model.parse(body.inputs)
         overrides = model.check_overrides(body.parameters)
         predictions = await model.predict(inputs, overrides, request=request)
-        return JSONResponse({"model": model.name, "task": model.task, "predictions": predictions})
+        return await json_response({"model": model.name, "task": model.task, "predictions": predictions})
 
     @app.get("/metrics", summary="Prometheus text exposition", response_class=PlainTextResponse)
     async def metrics(request: Request):

@@ -105,6 +105,7 @@ def main(argv: list[str]) -> int:
         "max_chars_per_input": "Most characters one text of an input may hold (more: 413).",
         "max_request_tokens": "Most tokens one request may compute, every window of a long text counted "
         "(more: 413).",
+        "max_top_k": "Highest top_k (candidates per answer) a request may ask for (more: 400).",
         "max_queue": "Most requests waiting per model; one more is refused at once with 429 and Retry-After.",
         "request_timeout": "Seconds a request may wait for its answer (then 503).",
         "precision": "auto, fp32 or bf16, as predict's --precision.",

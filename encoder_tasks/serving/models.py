@@ -18,6 +18,7 @@ import asyncio
 import copy
 import dataclasses
 import logging
+import math
 import threading
 from pathlib import Path
 from typing import Any
@@ -168,10 +169,56 @@ class ServedModel:
             return {}
         if not self.ready:
             raise self._unavailable()
+        if isinstance(parameters, dict):  # ranges first: they name the field, the task's checks do not
+            known = {f.name for f in dataclasses.fields(self.predictor.args)}
+            self._check_ranges({k: v for k, v in parameters.items() if k in known}, where)
         try:
             return self.predictor.check_overrides(parameters, where)
         except InputError as error:
             raise ApiError(400, str(error), error.field) from None
+
+    def _check_ranges(self, checked: dict[str, Any], where: str) -> None:
+        """Bounds on what a parameter may cost: a stride that leaves a window nothing new moves
+        it by one word (hundreds of passes for one text), a ``top_k`` of the whole vocabulary is
+        an answer of hundreds of megabytes; thresholds must be numbers a comparison can use."""
+        top = self.options.max_top_k
+        for name, value in checked.items():
+            field = f"{where}.{name}"
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ApiError(400, f"{field}: expected a finite number, found {value!r}", field)
+            low, high = _RANGES.get(name, (None, None))
+            if name in ("top_k", "n_best"):
+                high = top
+            if isinstance(value, int) and not isinstance(value, bool):
+                if (low is not None and value < low) or (high is not None and value > high):
+                    expected = f"{low} to {high}" if high is not None else f"at least {low}"
+                    cap = " (--max_top_k)" if high == top and name in ("top_k", "n_best") else ""
+                    raise ApiError(400, f"{field}: expected {expected}{cap}, found {value}", field)
+
+        def number(value: Any) -> bool:  # the type checks that follow name any other value
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        for name in ("window_stride", "doc_stride"):
+            if not hasattr(self.predictor.args, name):
+                continue
+            # The saved stride meets a max_length given here too (classification halves its own)
+            given = name in checked or ("max_length" in checked and self.task != "classification")
+            stride = checked.get(name, _flag(self.predictor, name))
+            max_length = checked.get("max_length") or _flag(self.predictor, "max_length")
+            if not given or not number(stride) or not number(max_length):
+                continue
+            room = int(max_length) - self.predictor.tokenizer.num_special_tokens_to_add(
+                pair=name == "doc_stride"
+            )
+            room -= 1 if name == "doc_stride" else 0  # a question takes at least a token
+            if stride >= room:
+                field = f"{where}.{name if name in checked else 'max_length'}"
+                raise ApiError(
+                    400,
+                    f"{field}: {name} {stride} must be less than {room}, the tokens a window of max_length "
+                    f"{max_length} holds (each window must move on by at least one token)",
+                    field,
+                )
 
     def costs(self, inputs: list[dict[str, Any]], overrides: dict[str, Any] | None = None) -> list[int]:
         """Tokens each input computes with these parameters: every window of a long text counted
@@ -245,6 +292,27 @@ class ServedModel:
         costs = await asyncio.to_thread(self.costs, inputs, overrides)
         self.check_cost(costs)
         return await self.batcher.submit(inputs, overrides, costs)
+
+
+#: Lowest (and highest) value of the per-request parameters that have one (``top_k``'s highest
+#: is ``--max_top_k``).
+_RANGES: dict[str, tuple[int | None, int | None]] = {
+    "window_stride": (0, None),
+    "doc_stride": (0, None),
+    "max_answer_length": (1, None),
+    "max_question_length": (1, None),
+    "top_k": (1, None),
+    "n_best": (1, None),
+    "dimensions": (1, None),
+}
+
+
+def _flag(predictor: Predictor, name: str) -> Any:
+    """A predict flag as the model runs it: the loaded flag, else the saved setting."""
+    value = getattr(predictor.args, name, None)
+    if value is None and predictor.settings is not None:
+        value = getattr(predictor.settings, name, None)
+    return value
 
 
 def _windows(length: int, room: int, stride: int) -> int:
