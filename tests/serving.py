@@ -58,18 +58,12 @@ def live_server(models: dict[str, str | Path], ready: bool = True, **options) ->
     import uvicorn
 
     from encoder_tasks.serving.app import ServeOptions, create_app
+    from encoder_tasks.serving.protocol import uvicorn_config
 
     options.setdefault("port", 0)
     serve_options = ServeOptions(host="127.0.0.1", **options)
     app = create_app(models, serve_options)
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=serve_options.port,
-        log_level="warning",
-        lifespan="on",
-        timeout_graceful_shutdown=serve_options.drain_timeout,
-    )
+    config = uvicorn_config(app, serve_options, "warning", host="127.0.0.1", port=serve_options.port)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="live-server", daemon=True)
     thread.start()

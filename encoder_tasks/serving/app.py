@@ -28,7 +28,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UserError
-from .errors import ApiError, install_handlers, style_for
+from .body import ReadBody
+from .errors import install_handlers
 from .metrics import ObserveRequests, ServerMetrics
 from .models import ServedModel, choose_model
 
@@ -52,6 +53,10 @@ class ServeOptions:
     request_timeout: float = 30.0
     precision: str = "auto"
     drain_timeout: float = 30.0
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keep_alive_timeout: float = 5.0
+    max_connections: int = 1024
 
     def __post_init__(self):
         from ..errors import check_choice
@@ -69,11 +74,13 @@ class ServeOptions:
             ("max_queue", 1),
             ("max_top_k", 1),
             ("drain_timeout", 0),
+            ("max_connections", 1),
         ):
             if getattr(self, name) < least:
                 raise UserError(f"--{name} must be at least {least}, found {getattr(self, name)}")
-        if self.request_timeout <= 0:
-            raise UserError(f"--request_timeout must be above 0 seconds, found {self.request_timeout}")
+        for name in ("request_timeout", "header_timeout", "body_timeout", "keep_alive_timeout"):
+            if not getattr(self, name) > 0:  # NaN too
+                raise UserError(f"--{name} must be above 0 seconds, found {getattr(self, name)}")
 
 
 class PredictRequest(BaseModel):
@@ -123,7 +130,7 @@ def create_app(models: dict[str, str | Path], options: ServeOptions | None = Non
     app.state.served, app.state.options, app.state.metrics = served, options, metrics
     app.state.created = int(time.time())
     install_handlers(app)
-    app.add_middleware(LimitBody, limit=_body_limit(options))
+    app.add_middleware(ReadBody, limit=_body_limit(options), timeout=options.body_timeout)
     app.add_middleware(ObserveRequests, metrics=metrics)  # outermost: it sees every answer
     _add_routes(app)
     from .compat import router
@@ -148,27 +155,6 @@ def _body_limit(options: ServeOptions) -> int:
     """Bytes a request body may hold: the largest request the limits allow, JSON-escaped (up to 6
     bytes a character), and room for field names; a larger body is refused before it is read."""
     return options.max_inputs_per_request * (6 * options.max_chars_per_input + 1024) + (1 << 16)
-
-
-class LimitBody:
-    """ASGI middleware: a request whose ``Content-Length`` is above ``limit`` gets a 413 unread."""
-
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            length = dict(scope.get("headers") or []).get(b"content-length", b"0")
-            if length.isdigit() and int(length) > self.limit:
-                error = ApiError(
-                    413,
-                    f"request body: expected at most {self.limit} bytes (from --max_inputs_per_request and "
-                    f"--max_chars_per_input), found {int(length)}",
-                    "request body",
-                )
-                response = JSONResponse(error.body(style_for(scope["path"])), 413)
-                return await response(scope, receive, send)
-        return await self.app(scope, receive, send)
 
 
 def _load_all(

@@ -110,6 +110,10 @@ def main(argv: list[str]) -> int:
         "request_timeout": "Seconds a request may wait for its answer (then 503).",
         "precision": "auto, fp32 or bf16, as predict's --precision.",
         "drain_timeout": "Seconds SIGTERM waits for requests in flight before exiting.",
+        "header_timeout": "Seconds a client may take to send a request's headers (then the connection closes).",
+        "body_timeout": "Seconds a client may take to send a request's body (then 408).",
+        "keep_alive_timeout": "Seconds an idle keep-alive connection stays open.",
+        "max_connections": "Most connections (and requests) at once; more get 503 at once.",
     }
     for option in dataclasses.fields(ServeOptions):
         default = getattr(defaults, option.name)
@@ -140,6 +144,7 @@ def serve(models: dict[str, str], options, log_level: str = "info") -> int:
         ) from None
     from ..log import configure_logging
     from .app import create_app
+    from .protocol import uvicorn_config
 
     os.environ["ENCODER_TASKS_DISABLE_TQDM"] = "1"  # a server's log is no terminal
     configure_logging(getattr(logging, log_level.upper()))
@@ -151,12 +156,7 @@ def serve(models: dict[str, str], options, log_level: str = "info") -> int:
         pass
     app = create_app(models, options)  # a folder that is no model fails here, before listening
     sock = _listen(options.host, options.port)
-    config = uvicorn.Config(
-        app,
-        log_level=log_level,
-        lifespan="on",
-        timeout_graceful_shutdown=options.drain_timeout,
-    )
+    config = uvicorn_config(app, options, log_level)
     server = _draining_server(uvicorn, config, app)
     host, port = sock.getsockname()[:2]
     logger.info("serve: listening on http://%s:%s (%s; API docs at /docs)", host, port, ", ".join(models))
