@@ -113,11 +113,18 @@ def create_app(models: dict[str, str | Path], options: ServeOptions | None = Non
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         loop = asyncio.get_running_loop()
+        app.state.loop, app.state.closing = loop, asyncio.Event()
+        for model in served.values():
+            model.closing = app.state.closing
         stopping = threading.Event()
         loader = threading.Thread(
-            target=_load_all, args=(served, loop, stopping), name="encoder-tasks-loader", daemon=True
+            target=_load_all,
+            args=(served, loop, stopping, lambda: app.state.on_load_failure),
+            name="encoder-tasks-loader",
+            daemon=True,
         )
         loader.start()
+        app.state.loader = loader
         yield
         stopping.set()  # a model still loading is left unloaded
         await _drain(served, metrics, options)
@@ -129,6 +136,9 @@ def create_app(models: dict[str, str | Path], options: ServeOptions | None = Non
     )
     app.state.served, app.state.options, app.state.metrics = served, options, metrics
     app.state.created = int(time.time())
+    #: Called (on the event loop) when a model fails to load: the CLI stops the server, exit 1.
+    app.state.on_load_failure = None
+    app.state.begin_drain = lambda: _begin_drain(app)
     install_handlers(app)
     app.add_middleware(ReadBody, limit=_body_limit(options), timeout=options.body_timeout)
     app.add_middleware(ObserveRequests, metrics=metrics)  # outermost: it sees every answer
@@ -158,9 +168,12 @@ def _body_limit(options: ServeOptions) -> int:
 
 
 def _load_all(
-    served: dict[str, ServedModel], loop: asyncio.AbstractEventLoop, stopping: threading.Event
+    served: dict[str, ServedModel], loop: asyncio.AbstractEventLoop, stopping: threading.Event, on_failure
 ) -> None:
-    """Load and warm up every model, one after the other (on the loader thread)."""
+    """Load and warm up every model, one after the other (on the loader thread). A model that
+    fails is marked failed (``/health`` answers 503) and ``on_failure()``, when it returns a
+    callable, is called on the event loop: the CLI stops the server then, so that a process
+    that cannot serve one of its models exits non-zero instead of answering 503 for ever."""
     for model in served.values():
         start = time.perf_counter()
         try:
@@ -177,6 +190,10 @@ def _load_all(
                 logger.error("model %r (%s) failed to load: %s", model.name, model.model_dir, error)
             else:
                 logger.exception("model %r (%s) failed to load", model.name, model.model_dir)
+            callback = on_failure()
+            if callback is not None:
+                loop.call_soon_threadsafe(callback)
+                return
             continue
         model.set_state("ready")
         logger.info(
@@ -190,34 +207,55 @@ def _load_all(
         logger.info("serve: ready (%s)", ", ".join(served))
 
 
+def _begin_drain(app: FastAPI) -> None:
+    """A stop signal arrived (call from the event loop's thread): requests still waiting for
+    their model at ``--drain_timeout`` are answered JSON 503 then, so that every client gets an
+    answer and the process exits 0 within the drain time."""
+    loop, closing = getattr(app.state, "loop", None), getattr(app.state, "closing", None)
+    if loop is not None and closing is not None:  # from a signal handler: hand it to the loop
+        loop.call_soon_threadsafe(loop.call_later, app.state.options.drain_timeout, closing.set)
+
+
 async def _drain(served: dict[str, ServedModel], metrics: ServerMetrics, options: ServeOptions) -> None:
     """Lifespan shutdown: uvicorn has waited for in-flight requests; end each model's worker."""
     left = int(metrics.in_flight.value())
+    cut = sum(model.cut_at_drain for model in served.values())
     if left:
         logger.warning(
             "serve: %d requests still in flight after --drain_timeout %g s", left, options.drain_timeout
         )
+    elif cut:
+        logger.warning(
+            "serve: drained: %d request(s) still waiting at --drain_timeout %g s were answered 503, "
+            "the others answered",
+            cut,
+            options.drain_timeout,
+        )
     else:
         logger.info("serve: drained: every in-flight request was answered")
     for model in served.values():
-        if model.batcher is not None and not await asyncio.to_thread(
-            model.batcher.stop, options.drain_timeout
-        ):
-            logger.warning(
-                "serve: model %r still busy after %g s; leaving it", model.name, options.drain_timeout
-            )
+        if model.batcher is not None and not await asyncio.to_thread(model.batcher.stop, 0.0 if cut else 5.0):
+            logger.warning("serve: model %r still busy; leaving it", model.name)
     logger.info("serve: stopped")
 
 
 def _add_routes(app: FastAPI) -> None:
-    @app.get("/health", summary="Liveness: the process answers; each model's state")
-    async def health(request: Request) -> dict[str, Any]:
-        return {"status": "ok", "models": {n: m.describe() for n, m in request.app.state.served.items()}}
+    @app.api_route(
+        "/health",
+        methods=["GET", "HEAD"],
+        summary="Liveness: 200 while the process can serve its models, 503 once one failed to load",
+    )
+    async def health(request: Request):
+        models = request.app.state.served.values()
+        states = {m.name: m.describe(detail=False) for m in models}  # open to all: no paths, no errors
+        if any(m.state == "failed" for m in models):
+            return JSONResponse({"status": "failed", "models": states}, status_code=503)
+        return {"status": "ok", "models": states}
 
     @app.get("/ready", summary="Readiness: 200 once every model is loaded and warmed up, else 503")
     async def ready(request: Request):
         models = request.app.state.served.values()
-        states = {m.name: m.describe() for m in models}
+        states = {m.name: m.describe(detail=False) for m in models}
         if all(m.ready for m in models):
             return {"status": "ready", "models": states}
         status = "failed" if any(m.state == "failed" for m in models) else "loading"

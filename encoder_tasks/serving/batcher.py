@@ -122,6 +122,11 @@ class Batcher:
         self._thread.start()
 
     @property
+    def alive(self) -> bool:
+        """Whether the worker thread still runs."""
+        return self._thread.is_alive()
+
+    @property
     def stopping(self) -> bool:
         return self._stopping
 

@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import socket
+import sys
 from pathlib import Path
 
 from ..errors import UserError
@@ -158,6 +159,13 @@ def serve(models: dict[str, str], options, log_level: str = "info") -> int:
     sock = _listen(options.host, options.port)
     config = uvicorn_config(app, options, log_level)
     server = _draining_server(uvicorn, config, app)
+    failed: list[bool] = []
+
+    def stop_on_failure() -> None:  # a model that cannot load: stop, exit 1 (an orchestrator restarts)
+        failed.append(True)
+        server.should_exit = True
+
+    app.state.on_load_failure = stop_on_failure
     host, port = sock.getsockname()[:2]
     logger.info("serve: listening on http://%s:%s (%s; API docs at /docs)", host, port, ", ".join(models))
     # uvicorn re-raises the signal that stopped it once it has drained; a handler of ours makes that
@@ -169,7 +177,24 @@ def serve(models: dict[str, str], options, log_level: str = "info") -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sock.close()
-    return 0
+    code = 1 if failed else 0
+    if failed:
+        logger.error("serve: a model failed to load (see above); exiting 1")
+    _exit_if_threads_busy(app, code)
+    return code
+
+
+def _exit_if_threads_busy(app, code: int) -> None:
+    """A model thread still inside torch when the interpreter exits aborts the process
+    ("terminate called without an active exception", status 134): exit at once instead."""
+    threads = [m.batcher.alive for m in app.state.served.values() if m.batcher is not None]
+    loader = getattr(app.state, "loader", None)
+    if any(threads) or (loader is not None and loader.is_alive()):
+        logger.warning("serve: a model thread is still busy; exiting without waiting for it")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _ignore(signum, frame) -> None:
@@ -188,6 +213,7 @@ def _draining_server(uvicorn, config, app):
                     int(app.state.metrics.in_flight.value()),
                     app.state.options.drain_timeout,
                 )
+                app.state.begin_drain()  # at --drain_timeout, what still waits is answered 503
             super().handle_exit(sig, frame)
 
     return DrainingServer(config)

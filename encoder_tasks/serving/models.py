@@ -44,11 +44,17 @@ class ServedModel:
 
     def __init__(self, name: str, model_dir: str | Path, options, metrics):
         self.name, self.model_dir, self.options, self.metrics = name, str(model_dir), options, metrics
+        from .checks import check_model_dir
+
+        check_model_dir(model_dir)  # a damaged folder fails here, before serving
         self.task = task_of(model_dir)  # a folder that is no model fails here, before serving
         self.predictor: Predictor | None = None
         self.state, self.error = "loading", None
         self.batcher: Batcher | None = None
         self._counter: Predictor | None = None
+        #: Set when the server stops (the app's lifespan): at --drain_timeout, waiting requests get 503.
+        self.closing: asyncio.Event | None = None
+        self.cut_at_drain = 0
         self._count_lock = threading.Lock()
         metrics.model_ready.set(0, model=name)
 
@@ -56,10 +62,16 @@ class ServedModel:
     def ready(self) -> bool:
         return self.state == "ready"
 
-    def describe(self) -> dict[str, Any]:
-        about = {"task": self.task, "state": self.state, "model_dir": self.model_dir}
-        if self.error:
-            about["error"] = self.error
+    def describe(self, detail: bool = True) -> dict[str, Any]:
+        """Task and state; with ``detail``, the folder and the load error too (the server log
+        has them: an answer to anyone shows neither paths nor exceptions)."""
+        about = {"task": self.task, "state": self.state}
+        if detail:
+            about["model_dir"] = self.model_dir
+            if self.error:
+                about["error"] = self.error
+        elif self.state == "failed":
+            about["error"] = "failed to load; the server log says why"
         return about
 
     # ---- loading (on a background thread) ---------------------------------------------------------
@@ -112,7 +124,7 @@ class ServedModel:
     # ---- requests ---------------------------------------------------------------------------------
     def _unavailable(self) -> ApiError:
         if self.state == "failed":
-            return ApiError(503, f"model {self.name!r} failed to load: {self.error}")
+            return ApiError(503, f"model {self.name!r} failed to load; the server log says why")
         return ApiError(503, f"model {self.name!r} is still loading; GET /ready answers 200 once it is ready")
 
     def parse(self, records: Any, where: str = "inputs") -> list[dict[str, Any]]:
@@ -261,18 +273,29 @@ class ServedModel:
         answer = asyncio.ensure_future(
             asyncio.wait_for(self._submit(inputs, overrides or {}), self.options.request_timeout)
         )
-        if request is None:
-            return await self._answer(answer)
-        gone = asyncio.ensure_future(_disconnected(request))
+        waits = {answer}
+        gone = asyncio.ensure_future(_disconnected(request)) if request is not None else None
+        closed = asyncio.ensure_future(self.closing.wait()) if self.closing is not None else None
+        waits |= {w for w in (gone, closed) if w is not None}
         try:
-            done, _ = await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            gone.cancel()
-        if answer not in done:
-            answer.cancel()
+            for waiter in (gone, closed):
+                if waiter is not None:
+                    waiter.cancel()
+        if answer in done:
+            return await self._answer(answer)
+        answer.cancel()
+        if gone is not None and gone in done:
             logger.info("model %r: a client disconnected before its answer; dropped", self.name)
             raise ClientDisconnected()
-        return await self._answer(answer)
+        self.cut_at_drain += 1
+        raise ApiError(
+            503,
+            f"model {self.name!r}: the server is shutting down and this request was still waiting at "
+            "--drain_timeout; try again (another replica)",
+            headers={"Retry-After": "1"},
+        )
 
     async def warm_up(self) -> None:
         """One prediction through the batcher (no timeout: the first forward pays for set-up)."""
