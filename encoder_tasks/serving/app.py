@@ -18,16 +18,19 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UserError
+from .access import API_KEY_ENV, RequireKey, docs_page
 from .body import ReadBody
 from .errors import install_handlers
 from .metrics import ObserveRequests, ServerMetrics
@@ -57,11 +60,17 @@ class ServeOptions:
     body_timeout: float = 30.0
     keep_alive_timeout: float = 5.0
     max_connections: int = 1024
+    api_key: str | None = None
+    cors_origins: str = ""
+    docs: str = "on"
 
     def __post_init__(self):
         from ..errors import check_choice
 
         check_choice("precision", self.precision, ("auto", "fp32", "bf16"))
+        check_choice("docs", self.docs, ("on", "off"))
+        if self.api_key is not None and not self.api_key.strip():
+            raise UserError("--api_key: expected a key, found an empty one")
         if not 0 <= self.port <= 65535:
             raise UserError(f"--port must be between 0 and 65535, found {self.port}")
         for name, least in (
@@ -133,6 +142,9 @@ def create_app(models: dict[str, str | Path], options: ServeOptions | None = Non
         title="encoder-tasks serve",
         description="Fine-tuned encoders of every task, micro-batched. See docs/serving.md.",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's page loads its scripts from a CDN: ours is self-contained
+        redoc_url=None,
+        openapi_url="/openapi.json" if options.docs == "on" else None,
     )
     app.state.served, app.state.options, app.state.metrics = served, options, metrics
     app.state.created = int(time.time())
@@ -141,8 +153,25 @@ def create_app(models: dict[str, str | Path], options: ServeOptions | None = Non
     app.state.begin_drain = lambda: _begin_drain(app)
     install_handlers(app)
     app.add_middleware(ReadBody, limit=_body_limit(options), timeout=options.body_timeout)
+    key = options.api_key or os.environ.get(API_KEY_ENV) or None
+    if key:  # outside ReadBody: a client without the key has no body read
+        app.add_middleware(RequireKey, key=key)
+    origins = [o.strip() for o in options.cors_origins.split(",") if o.strip()]
+    if origins:  # outside RequireKey: a browser's preflight carries no key
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "HEAD", "POST"],
+            allow_headers=["authorization", "content-type", "x-api-key", "api-key"],
+        )
     app.add_middleware(ObserveRequests, metrics=metrics)  # outermost: it sees every answer
     _add_routes(app)
+    if options.docs == "on":
+
+        @app.get("/docs", include_in_schema=False)
+        async def docs():
+            return HTMLResponse(docs_page(app.openapi()))
+
     from .compat import router
 
     app.include_router(router)
@@ -240,17 +269,15 @@ async def _drain(served: dict[str, ServedModel], metrics: ServerMetrics, options
 
 
 def _add_routes(app: FastAPI) -> None:
-    @app.api_route(
-        "/health",
-        methods=["GET", "HEAD"],
-        summary="Liveness: 200 while the process can serve its models, 503 once one failed to load",
-    )
+    @app.get("/health", summary="Liveness: 200 while the process can serve its models, 503 once one failed")
     async def health(request: Request):
         models = request.app.state.served.values()
         states = {m.name: m.describe(detail=False) for m in models}  # open to all: no paths, no errors
         if any(m.state == "failed" for m in models):
             return JSONResponse({"status": "failed", "models": states}, status_code=503)
         return {"status": "ok", "models": states}
+
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)  # probes that send HEAD
 
     @app.get("/ready", summary="Readiness: 200 once every model is loaded and warmed up, else 503")
     async def ready(request: Request):

@@ -115,13 +115,18 @@ def main(argv: list[str]) -> int:
         "body_timeout": "Seconds a client may take to send a request's body (then 408).",
         "keep_alive_timeout": "Seconds an idle keep-alive connection stays open.",
         "max_connections": "Most connections (and requests) at once; more get 503 at once.",
+        "api_key": "Key every request but GET /health must send (Authorization: Bearer KEY or X-API-Key); "
+        "else ENCODER_TASKS_API_KEY, else none (prefer the variable: a flag shows in `ps`).",
+        "cors_origins": "Comma-separated origins a browser may call from (CORS); none by default.",
+        "docs": "on: /docs (one page, no CDN) and /openapi.json; off: neither.",
     }
+    choices = {"precision": ("auto", "fp32", "bf16"), "docs": ("on", "off")}
     for option in dataclasses.fields(ServeOptions):
         default = getattr(defaults, option.name)
-        kwargs = {"choices": ("auto", "fp32", "bf16")} if option.name == "precision" else {}
+        kwargs = {"choices": choices[option.name]} if option.name in choices else {}
         parser.add_argument(
             f"--{option.name}",
-            type=type(default),
+            type=str if default is None else type(default),
             default=default,
             help=f"{helps[option.name]} (default {default})",
             **kwargs,
