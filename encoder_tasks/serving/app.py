@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -152,7 +153,9 @@ def create_app(models: dict[str, str | Path], options: ServeOptions | None = Non
     app.state.on_load_failure = None
     app.state.begin_drain = lambda: _begin_drain(app)
     install_handlers(app)
-    app.add_middleware(ReadBody, limit=_body_limit(options), timeout=options.body_timeout)
+    app.add_middleware(
+        ReadBody, limit=_body_limit(options), timeout=options.body_timeout, admit=_early_admission(served)
+    )
     key = options.api_key or os.environ.get(API_KEY_ENV) or None
     if key:  # outside ReadBody: a client without the key has no body read
         app.add_middleware(RequireKey, key=key)
@@ -188,6 +191,30 @@ async def json_response(content: Any, status_code: int = 200) -> Response:
     takes the event loop no time, so ``/health`` and every other request keep answering."""
     body = await asyncio.to_thread(_dumps, content)
     return Response(body, status_code, media_type="application/json")
+
+
+#: Prediction routes whose model the path names, or that a one-model server answers with it.
+_NAMED_ROUTE = re.compile(r"^/v1/models/([^/]+)/predict$")
+_ROUTES_OF_THE_ONLY_MODEL = frozenset({"/v1/embeddings", "/embed", "/rerank", "/predict"})
+
+
+def _early_admission(served: dict[str, ServedModel]):
+    """``admit(path)``: 429 for a request whose model has a full queue, before its body is parsed
+    or validated (under overload, most requests are refused: each refusal must cost little).
+    The route's own admission (:meth:`ServedModel.predict`) still checks every request."""
+
+    def admit(path: str) -> None:
+        named = _NAMED_ROUTE.match(path)
+        if named:
+            model = served.get(named.group(1))
+        elif path in _ROUTES_OF_THE_ONLY_MODEL and len(served) == 1:
+            model = next(iter(served.values()))
+        else:
+            return
+        if model is not None and model.batcher is not None:
+            model.batcher.admit()
+
+    return admit
 
 
 def _body_limit(options: ServeOptions) -> int:

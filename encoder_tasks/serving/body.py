@@ -124,10 +124,11 @@ def check_json(body: bytes) -> None:
 
 class ReadBody:
     """ASGI middleware: see the module docstring. ``limit``: the most bytes a body may hold;
-    ``timeout``: the most seconds it may take to arrive."""
+    ``timeout``: the most seconds it may take to arrive; ``admit(path)``: raises ApiError (429)
+    when the model the path names has a full queue, checked before the body is parsed."""
 
-    def __init__(self, app, limit: int, timeout: float):
-        self.app, self.limit, self.timeout = app, limit, timeout
+    def __init__(self, app, limit: int, timeout: float, admit=None):
+        self.app, self.limit, self.timeout, self.admit = app, limit, timeout, admit
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
@@ -169,6 +170,11 @@ class ReadBody:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
+        if self.admit is not None:  # a full queue refuses before any parsing: a 429 costs little
+            try:
+                self.admit(scope["path"])
+            except ApiError as error:
+                return await _refuse(scope, receive, send, error, style, close=False)
         if body and "json" in content_type.lower() or (body and not content_type):
             try:
                 if len(body) > _THREAD_PARSE:
@@ -201,6 +207,6 @@ class ReadBody:
 async def _refuse(scope, receive, send, error: ApiError, style: str, close: bool = True) -> None:
     """Answer ``error`` as JSON; ``close``: the body was not read to its end, so the connection
     cannot carry another request (``Connection: close``)."""
-    headers = {"connection": "close"} if close else None
-    response = JSONResponse(error.body(style), error.status, headers=headers)
+    headers = {**(error.headers or {}), **({"connection": "close"} if close else {})}
+    response = JSONResponse(error.body(style), error.status, headers=headers or None)
     await response(scope, receive, send)
