@@ -85,6 +85,10 @@ class ServedModel:
             batch_size=options.batch_size,
             disable_tqdm=True,  # a server's log is no terminal
         )
+        if self.task != "mlm" and hasattr(predictor.tokenizer, "split_special_tokens"):
+            # "[SEP]" or "[CLS]" typed in a request is text, not a separator the client can inject
+            # (MLM keeps special tokens: its inputs hold [MASK] on purpose).
+            predictor.tokenizer.split_special_tokens = True
         # A fast tokenizer must not be used by two threads at once (truncation settings live in
         # the Rust object: "Already borrowed"); tokens are counted with a copy, under a lock.
         counting = copy.deepcopy(predictor.tokenizer)

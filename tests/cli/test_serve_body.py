@@ -187,3 +187,12 @@ def test_past_the_connection_cap_a_new_connection_gets_a_json_503_at_once(task_r
                 sock.close()
         time.sleep(0.2)
         assert httpx.get(f"{url}/health", timeout=30).status_code == 200
+
+
+def test_special_tokens_typed_in_a_text_are_text(server):
+    served = server.app.state.served["sst2"]
+    tokenizer = served.predictor.tokenizer
+    ids = tokenizer("a fine [SEP] film [CLS]")["input_ids"]
+    assert ids.count(tokenizer.sep_token_id) == 1 and ids.count(tokenizer.cls_token_id) == 1  # its own only
+    answer = post(server, PREDICT.format("sst2"), '{"inputs": [{"text": "a fine [SEP] film"}]}')
+    assert answer.status_code == 200, answer.text
