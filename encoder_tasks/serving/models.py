@@ -244,15 +244,16 @@ class ServedModel:
         with self._count_lock:
             return _costs(self._counter, self.task, inputs, overrides or {})
 
-    def check_cost(self, costs: list[int], where: str = "inputs") -> None:
-        """ApiError 413 when a request computes more tokens than ``--max_request_tokens``."""
+    def check_cost(self, costs: list[int], where: str = "inputs", at_least: bool = False) -> None:
+        """ApiError 413 when a request computes more tokens than ``--max_request_tokens``
+        (``at_least``: ``costs`` is a lower bound)."""
         total, limit = sum(costs), self.options.max_request_tokens
         if total > limit:
             raise ApiError(
                 413,
                 f"{where}: expected at most {limit} tokens of work per request (--max_request_tokens; "
-                f"every window of a long text counts), found {total} in {len(costs)} inputs; send fewer "
-                "or shorter inputs",
+                f"every window of a long text counts), found {'at least ' if at_least else ''}{total} "
+                f"in {len(costs)} inputs; send fewer or shorter inputs",
                 where,
             )
 
@@ -316,6 +317,9 @@ class ServedModel:
             ) from None
 
     async def _submit(self, inputs: list[dict[str, Any]], overrides: dict[str, Any]) -> list[dict[str, Any]]:
+        # A request far over the cap is refused from its word count, before it is tokenized
+        floor = await asyncio.to_thread(_costs, self._counter, self.task, inputs, overrides, True)
+        self.check_cost(floor, at_least=True)
         costs = await asyncio.to_thread(self.costs, inputs, overrides)
         self.check_cost(costs)
         return await self.batcher.submit(inputs, overrides, costs)
@@ -351,9 +355,15 @@ def _windows(length: int, room: int, stride: int) -> int:
 
 
 def _costs(
-    predictor: Predictor, task: str, inputs: list[dict[str, Any]], overrides: dict[str, Any]
+    predictor: Predictor,
+    task: str,
+    inputs: list[dict[str, Any]],
+    overrides: dict[str, Any],
+    words_only: bool = False,
 ) -> list[int]:
-    """See :meth:`ServedModel.costs`; ``predictor`` holds the counting tokenizer."""
+    """See :meth:`ServedModel.costs`; ``predictor`` holds the counting tokenizer. ``words_only``:
+    a lower bound without tokenizing, each whitespace-separated word taken as one token (a word
+    is at least one), to refuse a request far over the cap at once."""
     tokenizer, args, settings = predictor.tokenizer, predictor.args, predictor.settings
 
     def flag(name: str, default: Any = None) -> Any:
@@ -367,9 +377,12 @@ def _costs(
     single = tokenizer.num_special_tokens_to_add(pair=False)
     paired = tokenizer.num_special_tokens_to_add(pair=True)
     texts = [text for record in inputs for text in record_texts(record)]
-    lengths = iter(
-        len(ids) for ids in (tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
-    )
+    if words_only:
+        lengths = iter(len(text.split()) for text in texts)
+    else:
+        lengths = iter(
+            len(ids) for ids in (tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        )
     costs = []
     for record in inputs:
         # record_texts: the string (and token list) fields, in the record's order

@@ -172,3 +172,21 @@ def test_a_full_queue_answers_429_at_once_and_the_gauge_drops_requests_that_left
         served.batcher.predict = original
         first.join(30)
     assert post(server, "sst2", {"inputs": [{"text": "d"}]}).status_code == 200
+
+
+def test_a_request_far_over_the_cap_is_refused_from_its_word_count_before_tokenizing(server):
+    served = server.app.state.served["sst2"]
+    calls, original = [], served.costs
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    served.costs = counting
+    try:
+        answer = post(server, "sst2", {"inputs": [{"text": " ".join(["film"] * 3000)}] * 4})
+    finally:
+        del served.costs
+    assert answer.status_code == 413, answer.text
+    assert "found at least" in answer.json()["error"]["message"]
+    assert not calls  # never tokenized
