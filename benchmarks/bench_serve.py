@@ -3,6 +3,7 @@ server that runs one forward per request and against ``transformers.pipeline`` o
 
     .venv/bin/python -m benchmarks.bench_serve            # the real run (about 30 minutes on 2 cores)
     .venv/bin/python -m benchmarks.bench_serve --quick    # a smoke run: tiny sizes, not a measurement
+    .venv/bin/python -m benchmarks.bench_serve --overload # the overload row only (toolkit, ~3 minutes)
 
 The model: MiniLM-L6 (``sentence-transformers/all-MiniLM-L6-v2``) fine-tuned on
 ``--train_examples`` SST-2 sentences for 1 epoch at the toolkit's defaults, ``--max_length 512``
@@ -39,6 +40,16 @@ compare the toolkit with the naive server at whichever of its two configurations
 that level (throughput at concurrency 32, p50 latency at 1). The result file
 (``benchmarks/results/serve-<time>.json``; under ``--work`` with ``--quick``) holds the command,
 environment, settings, every row and the tables ``short``, ``long``, ``targets`` and ``agreement``.
+
+Overload (``--overload``, the toolkit alone; ``benchmarks/results/serve-overload-<time>.json``):
+requests of ``--overload_inputs`` (16) short inputs each, first unloaded (concurrency 1, for
+``--overload_baseline`` requests: its p99 is the reference), then ``--overload_concurrency``
+(128) requests always in flight for ``--overload_seconds`` (60), the server started with
+``--overload_flags`` (a bounded queue). A client whose request is shed (429) waits as its
+``Retry-After`` asks (at least 1 s), then sends again: 128 clients that keep coming. Recorded:
+answers by status; latency of admitted (200) and shed (429) requests; admitted p99 against the
+unloaded p99 (the target: within 2x); the slowest answer of all, against ``--request_timeout``
+(no request waits past its timeout without an answer); the server's shed and abandoned counts.
 """
 
 from __future__ import annotations
@@ -361,6 +372,163 @@ async def bench_server(name: str, url: str, bodies: dict[str, list[bytes]], args
     return rows, answers
 
 
+# ---- overload: a bounded queue sheds, admitted requests keep their latency -------------------------
+OVERLOAD_TARGET = 2.0  # admitted p99 within this many times the unloaded p99
+SHED_PAUSE = 0.1  # seconds a shed client waits before it sends again, without a Retry-After
+
+
+async def run_statuses(
+    client, url: str, bodies: list[bytes], concurrency: int, max_requests: int, max_seconds: float
+) -> dict:
+    """Like :func:`run_load`, but every answer counts: latencies by status (200, 429, 503...)."""
+    import httpx
+
+    sent, by_status, failures = 0, collections.defaultdict(list), collections.Counter()
+    headers = {"content-type": "application/json"}
+    started = time.perf_counter()
+    deadline = started + max_seconds
+
+    async def worker():
+        nonlocal sent
+        while sent < max_requests and time.perf_counter() < deadline:
+            index = sent % len(bodies)
+            sent += 1
+            begin = time.perf_counter()
+            try:
+                response = await client.post(url, content=bodies[index], headers=headers)
+            except httpx.HTTPError as exc:
+                failures[type(exc).__name__] += 1
+                continue
+            by_status[response.status_code].append(time.perf_counter() - begin)
+            if response.status_code == 429:  # a polite client: it waits as Retry-After asks
+                await asyncio.sleep(float(response.headers.get("retry-after", SHED_PAUSE)))
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    seconds = time.perf_counter() - started
+
+    def latency(values: list[float]) -> dict:
+        return {
+            **{f"p{q}": _ms(percentile(values, q)) for q in (50, 90, 99)},
+            "max": _ms(max(values, default=None)),
+        }
+
+    everything = [v for values in by_status.values() for v in values]
+    return {
+        "concurrency": concurrency,
+        "sent": sent,
+        "seconds": seconds,
+        "answers": {str(code): len(values) for code, values in sorted(by_status.items())},
+        "transport_failures": dict(failures),
+        "admitted_per_s": len(by_status.get(200, [])) / seconds if seconds else None,
+        "latency_ms": {str(code): latency(values) for code, values in sorted(by_status.items())},
+        "slowest_answer_ms": _ms(max(everything, default=None)),
+    }
+
+
+def _server_counts(text: str) -> dict:
+    from encoder_tasks.serving.metrics import parse_metrics
+
+    found = collections.Counter()
+    for (name, _), value in parse_metrics(text).items():
+        if name in ("encoder_tasks_requests_shed_total", "encoder_tasks_batches_abandoned_total"):
+            found[name.removeprefix("encoder_tasks_")] += int(value)
+    return dict(found)
+
+
+async def bench_overload(url: str, texts: list[str], args) -> dict:
+    import httpx
+
+    size = args.overload_inputs
+    bodies = [
+        json.dumps({"inputs": [{"text": t} for t in texts[i : i + size]]}).encode()
+        for i in range(0, len(texts) - size + 1, size)
+    ]
+    route = f"{url}/v1/models/{NAME}/predict"
+    limits = httpx.Limits(
+        max_connections=args.overload_concurrency + 8, max_keepalive_connections=args.overload_concurrency + 8
+    )
+    timeout = httpx.Timeout(args.request_timeout + 30)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+        await run_statuses(client, route, bodies, 4, 8, 60)  # warm up
+        print("[serve] overload: unloaded (concurrency 1) ...", flush=True)
+        unloaded = await run_statuses(client, route, bodies, 1, args.overload_baseline, args.max_seconds)
+        before = (await client.get(f"{url}/metrics")).text
+        print(
+            f"[serve] overload: concurrency {args.overload_concurrency}, {args.overload_seconds:g} s ...",
+            flush=True,
+        )
+        loaded = await run_statuses(
+            client, route, bodies, args.overload_concurrency, 10**9, args.overload_seconds
+        )
+        after = (await client.get(f"{url}/metrics")).text
+    counts_before, counts_after = _server_counts(before), _server_counts(after)
+    server = {k: counts_after.get(k, 0) - counts_before.get(k, 0) for k in counts_after}
+    base_p99 = (unloaded["latency_ms"].get("200") or {}).get("p99")
+    admitted_p99 = (loaded["latency_ms"].get("200") or {}).get("p99")
+    ratio = admitted_p99 / base_p99 if base_p99 and admitted_p99 else None
+    return {
+        "inputs_per_request": size,
+        "unloaded": unloaded,
+        "overload": loaded,
+        "server_counts": server,
+        "admitted_p99_over_unloaded_p99": ratio,
+        "target": {
+            "admitted_p99_within": OVERLOAD_TARGET,
+            "met": ratio is not None and ratio <= OVERLOAD_TARGET,
+            "slowest_answer_within_request_timeout": (loaded["slowest_answer_ms"] or 0)
+            <= args.overload_request_timeout * 1000 + 1000,
+        },
+    }
+
+
+def overload_main(args, argv) -> int:
+    require_data(SST2_TRAIN, SST2_DEV)
+    work = Path(args.work)
+    run_dir, _, training = trained_model(work, args.train_examples)
+    from encoder_tasks.predict import inference_device, uses_bf16
+
+    precision = args.precision
+    if precision == "auto":
+        precision = "bf16" if uses_bf16(inference_device(), "auto") else "fp32"
+    texts, input_stats = load_inputs(run_dir, args.short_inputs, 1)
+    port = free_port()
+    flags = ["--log_level", "warning", "--request_timeout", str(args.overload_request_timeout)]
+    command = toolkit_command(NAME, run_dir, port, precision, *flags, *shlex.split(args.overload_flags))
+    print(f"[serve] overload: {shlex.join(command)}", flush=True)
+    with ServerProcess(command, port, work / "logs" / "overload.log", env=worker_env()) as server:
+        found = asyncio.run(bench_overload(server.url, texts["short"], args))
+        peak = server.peak_rss_mib
+    print(
+        json.dumps(
+            {k: found[k] for k in ("server_counts", "admitted_p99_over_unloaded_p99", "target")}, indent=2
+        )
+    )
+    for name in ("unloaded", "overload"):
+        row = found[name]
+        print(f"[serve] {name}: answers {row['answers']}, latency ms {json.dumps(row['latency_ms'])}")
+    results_dir = Path(args.results_dir or (work / "results" if args.quick else RESULTS))
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"serve-overload-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    result = {
+        "command": invocation("bench_serve", argv),
+        "environment": describe(),
+        "note": args.note,
+        "settings": {
+            **vars(args),
+            "precision_resolved": precision,
+            "model": MINILM,
+            "shed_pause_s": SHED_PAUSE,
+        },
+        "server": {"command": command, "peak_rss_mib": peak},
+        "model": {"run_dir": str(run_dir), "training": training},
+        "inputs": input_stats["short"],
+        **found,
+    }
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"results: {path}")
+    return 0
+
+
 # ---- tables --------------------------------------------------------------------------------------
 def _row(rows: list[dict], contender: str, kind: str, concurrency: int) -> dict | None:
     return next(
@@ -505,6 +673,18 @@ def parse_args(argv: list[str] | None):
         help="where the model is trained once and server logs go",
     )
     parser.add_argument("--results_dir", help="default benchmarks/results (quick: WORK/results)")
+    parser.add_argument("--overload", action="store_true", help="the overload row only (see above)")
+    parser.add_argument("--overload_concurrency", type=int, default=128)
+    parser.add_argument("--overload_seconds", type=float, default=60.0)
+    parser.add_argument("--overload_inputs", type=int, default=16, help="inputs per request")
+    parser.add_argument(
+        "--overload_baseline", type=int, default=100, help="unloaded requests (concurrency 1)"
+    )
+    parser.add_argument("--overload_request_timeout", type=float, default=30.0)
+    parser.add_argument(
+        "--overload_flags", default="--max_queue 4", help="`encoder-tasks serve` flags of the overload run"
+    )
+    parser.add_argument("--note", default="", help="a note kept in the result file (e.g. a shared machine)")
     args = parser.parse_args(argv)
     sizes = SIZES["quick" if args.quick else "standard"]
     for key, value in sizes.items():
@@ -520,6 +700,8 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.overload:
+        return overload_main(args, argv)
     require_data(SST2_TRAIN, SST2_DEV, REVIEWS)
     work = Path(args.work)
     run_dir, export_dir, training = trained_model(work, args.train_examples)

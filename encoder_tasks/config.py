@@ -251,7 +251,7 @@ class PredictArguments:
         for name in ("model_dir", "input_file", "output_file"):
             if not getattr(self, name):
                 raise UserError(f"predict: --{name} is required")
-        if Path(self.output_file).exists() and not self.overwrite_output:
+        if Path(self.output_file).is_file() and not self.overwrite_output:  # a device or pipe is written
             raise UserError(
                 f"--output_file {self.output_file} already exists; choose another or pass --overwrite_output"
             )

@@ -11,6 +11,10 @@ Example:
     Traceback (most recent call last):
     ...
     encoder_tasks.inputs.InputError: inputs[0].text: expected a string, found 3 (int)
+    >>> require_text({"text": "  "}, "text", "inputs[0]")
+    Traceback (most recent call last):
+    ...
+    encoder_tasks.inputs.InputError: inputs[0].text: expected a non-empty text, found '  '
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ def require_text(record: Mapping[str, Any], name: str, where: str, required: boo
     if not isinstance(value, str):
         found = "nothing" if name not in record else describe(value)
         raise InputError(f"{where}.{name}", f"expected a string, found {found}")
+    if not value.strip():  # as predict refuses an empty row: a model has nothing to read
+        raise InputError(f"{where}.{name}", f"expected a non-empty text, found {describe(value)}")
     return value
 
 

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -28,6 +29,13 @@ from .errors import UserError, check_choice
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "fp32", "bf16")
+
+#: Called by :func:`run_batches` before every forward pass when set (the server sets it on each
+#: model's worker thread): it raises to stop work whose requester has gone (timed out, client left),
+#: so one long request cannot hold a model for minutes after nobody waits for it.
+BEFORE_FORWARD: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "encoder_tasks_before_forward", default=None
+)
 
 
 def uses_bf16(device: torch.device | str, precision: str = "auto") -> bool:
@@ -125,6 +133,10 @@ def load_for_prediction(
 
     if check:
         args.check()
+        if getattr(args, "output_file", None):  # before the model loads, not after every prediction
+            check_output_location(args.output_file, getattr(args, "overwrite_output", False))
+            if args.output_file == "-":
+                _claim_stdout()
     if args.disable_tqdm:  # every progress bar reads this
         os.environ["ENCODER_TASKS_DISABLE_TQDM"] = "1"
     path = resolve_model_path(args.model_dir)
@@ -204,7 +216,10 @@ def run_batches(
     lengths = [len(f["input_ids"]) for f in features]
     results: list = [None] * len(features)
     batches = length_sorted_batches(lengths, batch_size)
+    before_forward = BEFORE_FORWARD.get()
     for chunk in progress(batches, desc=desc, unit="batch", disable=disable_tqdm):
+        if before_forward is not None:
+            before_forward()
         batch = collate([features[i] for i in chunk])
         with autocast_for(device, precision):
             output = model(**{k: v.to(device) for k, v in batch.items()})
@@ -214,12 +229,110 @@ def run_batches(
     return results
 
 
+def check_output_location(path: str, overwrite: bool = False, flag: str = "--output_file") -> None:
+    """Refuse, before any prediction, an output that cannot be written: a folder, a path under a
+    file, a folder where no file can be made (``/sys``, read-only, no permission), an existing file
+    without ``overwrite``. ``-`` (stdout), pipes and devices are fine (written directly).
+
+    Example:
+        >>> check_output_location("/")
+        Traceback (most recent call last):
+        ...
+        encoder_tasks.errors.UserError: --output_file /: is a folder; expected a file name
+    """
+    import tempfile
+    from pathlib import Path
+
+    if path == "-":
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UserError(f"{flag} {target}: is a folder; expected a file name")
+    if target.exists() and not target.is_file():  # a device, a named pipe: written, never replaced
+        if not os.access(target, os.W_OK):
+            raise UserError(f"{flag} {target}: not writable")
+        return
+    if target.exists() and not overwrite:
+        raise UserError(f"{flag} {target} already exists; choose another or pass --overwrite_output")
+    ancestor = target.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UserError(f"{flag} {target}: {ancestor} is a file, not a folder")
+    try:  # the one sure test: make (and remove) a file where the output will go
+        tempfile.TemporaryFile(dir=ancestor).close()
+    except OSError as error:
+        raise UserError(f"{flag} {target}: cannot write in {ancestor} ({error.strerror or error})") from None
+
+
+#: Where ``--output_file -`` writes: the process's stdout, kept aside while logs go to stderr.
+_STDOUT: Any = None
+
+
+def _claim_stdout() -> None:
+    """``--output_file -``: predictions alone on stdout; everything else (logs, progress) on stderr."""
+    global _STDOUT
+    import sys
+
+    if _STDOUT is not None:
+        return
+    try:
+        sys.stdout.flush()
+        _STDOUT = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    except (OSError, ValueError, AttributeError):  # no file descriptor (captured): write to it as is
+        _STDOUT = sys.stdout
+        return
+    sys.stdout = sys.stderr
+
+
+def _release_stdout() -> None:
+    global _STDOUT
+    import sys
+
+    if _STDOUT is not None and sys.stdout is sys.stderr:  # ours: a copy of the descriptor
+        _STDOUT.close()
+        sys.stdout = sys.__stdout__
+    _STDOUT = None
+
+
+def _write_lines(handle, records) -> int:
+    import json
+
+    count = 0
+    for record in records:
+        handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        count += 1
+    handle.flush()
+    return count
+
+
 def write_predictions(args, records, what: str = "predictions") -> int:
     """Write ``records`` as JSON lines to ``args.output_file`` (checked again: a file may have
-    appeared while the model ran); returns the count."""
-    from .data.writers import check_new_file, write_jsonl
+    appeared while the model ran); returns the count. A regular file is written under a temporary
+    name, then renamed (never half written); ``-`` goes to stdout, and a pipe or a device
+    (``/dev/stdout``, a FIFO) is written directly: they are never replaced by a file."""
+    from pathlib import Path
 
-    check_new_file(args.output_file, args.overwrite_output)
-    count = write_jsonl(args.output_file, records)
-    logger.info("wrote %d %s to %s", count, what, args.output_file)
+    from .data.writers import write_jsonl
+
+    path = args.output_file
+    check_output_location(path, args.overwrite_output)
+    try:
+        if path == "-":
+            if _STDOUT is None:
+                _claim_stdout()
+            try:
+                count = _write_lines(_STDOUT, records)
+                logger.info("wrote %d %s to stdout", count, what)  # on stderr, still
+            finally:
+                _release_stdout()
+            return count
+        elif Path(path).exists() and not Path(path).is_file():
+            with open(path, "w", encoding="utf-8") as handle:
+                count = _write_lines(handle, records)
+        else:
+            count = write_jsonl(path, records)
+    except OSError as error:
+        raise UserError(f"--output_file {path}: cannot write ({error.strerror or error})") from None
+    logger.info("wrote %d %s to %s", count, what, path)
     return count

@@ -24,14 +24,18 @@ from tests.helpers import REPO, free_port, subprocess_env
 READY_TIMEOUT = 120.0
 
 
-def wait_ready(url: str, timeout: float = READY_TIMEOUT, process: subprocess.Popen | None = None) -> None:
-    """Poll ``GET /ready`` until 200; fail with the last answer (or the process's exit) otherwise."""
+def wait_ready(
+    url: str, timeout: float = READY_TIMEOUT, process: subprocess.Popen | None = None, key: str | None = None
+) -> None:
+    """Poll ``GET /ready`` (with the API ``key``, if any) until 200; fail with the last answer (or
+    the process's exit) otherwise."""
+    headers = {"Authorization": f"Bearer {key}"} if key else None
     deadline, last = time.monotonic() + timeout, "no answer"
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise AssertionError(f"the server exited with {process.returncode} before it was ready")
         try:
-            answer = httpx.get(f"{url}/ready", timeout=5)
+            answer = httpx.get(f"{url}/ready", timeout=5, headers=headers)
             if answer.status_code == 200:
                 return
             last = answer.text
@@ -58,18 +62,12 @@ def live_server(models: dict[str, str | Path], ready: bool = True, **options) ->
     import uvicorn
 
     from encoder_tasks.serving.app import ServeOptions, create_app
+    from encoder_tasks.serving.protocol import uvicorn_config
 
     options.setdefault("port", 0)
     serve_options = ServeOptions(host="127.0.0.1", **options)
     app = create_app(models, serve_options)
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=serve_options.port,
-        log_level="warning",
-        lifespan="on",
-        timeout_graceful_shutdown=serve_options.drain_timeout,
-    )
+    config = uvicorn_config(app, serve_options, "warning", host="127.0.0.1", port=serve_options.port)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="live-server", daemon=True)
     thread.start()
@@ -83,7 +81,7 @@ def live_server(models: dict[str, str | Path], ready: bool = True, **options) ->
     url.app = app
     try:
         if ready:
-            wait_ready(url)
+            wait_ready(url, key=serve_options.api_key)
         yield url
     finally:
         server.should_exit = True

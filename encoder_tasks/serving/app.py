@@ -16,18 +16,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
+import os
+import re
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UserError
-from .errors import ApiError, install_handlers, style_for
+from .access import API_KEY_ENV, RequireKey, docs_page
+from .body import ReadBody
+from .errors import install_handlers
 from .metrics import ObserveRequests, ServerMetrics
 from .models import ServedModel, choose_model
 
@@ -45,14 +51,27 @@ class ServeOptions:
     batch_size: int = 64
     max_inputs_per_request: int = 256
     max_chars_per_input: int = 20000
+    max_request_tokens: int = 65536
+    max_queue: int = 64
+    max_top_k: int = 100
     request_timeout: float = 30.0
     precision: str = "auto"
     drain_timeout: float = 30.0
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keep_alive_timeout: float = 5.0
+    max_connections: int = 1024
+    api_key: str | None = None
+    cors_origins: str = ""
+    docs: str = "on"
 
     def __post_init__(self):
         from ..errors import check_choice
 
         check_choice("precision", self.precision, ("auto", "fp32", "bf16"))
+        check_choice("docs", self.docs, ("on", "off"))
+        if self.api_key is not None and not self.api_key.strip():
+            raise UserError("--api_key: expected a key, found an empty one")
         if not 0 <= self.port <= 65535:
             raise UserError(f"--port must be between 0 and 65535, found {self.port}")
         for name, least in (
@@ -61,12 +80,17 @@ class ServeOptions:
             ("batch_size", 1),
             ("max_inputs_per_request", 1),
             ("max_chars_per_input", 1),
+            ("max_request_tokens", 1),
+            ("max_queue", 1),
+            ("max_top_k", 1),
             ("drain_timeout", 0),
+            ("max_connections", 1),
         ):
             if getattr(self, name) < least:
                 raise UserError(f"--{name} must be at least {least}, found {getattr(self, name)}")
-        if self.request_timeout <= 0:
-            raise UserError(f"--request_timeout must be above 0 seconds, found {self.request_timeout}")
+        for name in ("request_timeout", "header_timeout", "body_timeout", "keep_alive_timeout"):
+            if not getattr(self, name) > 0:  # NaN too
+                raise UserError(f"--{name} must be above 0 seconds, found {getattr(self, name)}")
 
 
 class PredictRequest(BaseModel):
@@ -99,11 +123,18 @@ def create_app(models: dict[str, str | Path], options: ServeOptions | None = Non
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         loop = asyncio.get_running_loop()
+        app.state.loop, app.state.closing = loop, asyncio.Event()
+        for model in served.values():
+            model.closing = app.state.closing
         stopping = threading.Event()
         loader = threading.Thread(
-            target=_load_all, args=(served, loop, stopping), name="encoder-tasks-loader", daemon=True
+            target=_load_all,
+            args=(served, loop, stopping, lambda: app.state.on_load_failure),
+            name="encoder-tasks-loader",
+            daemon=True,
         )
         loader.start()
+        app.state.loader = loader
         yield
         stopping.set()  # a model still loading is left unloaded
         await _drain(served, metrics, options)
@@ -112,17 +143,78 @@ def create_app(models: dict[str, str | Path], options: ServeOptions | None = Non
         title="encoder-tasks serve",
         description="Fine-tuned encoders of every task, micro-batched. See docs/serving.md.",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's page loads its scripts from a CDN: ours is self-contained
+        redoc_url=None,
+        openapi_url="/openapi.json" if options.docs == "on" else None,
     )
     app.state.served, app.state.options, app.state.metrics = served, options, metrics
     app.state.created = int(time.time())
+    #: Called (on the event loop) when a model fails to load: the CLI stops the server, exit 1.
+    app.state.on_load_failure = None
+    app.state.begin_drain = lambda: _begin_drain(app)
     install_handlers(app)
-    app.add_middleware(LimitBody, limit=_body_limit(options))
+    app.add_middleware(
+        ReadBody, limit=_body_limit(options), timeout=options.body_timeout, admit=_early_admission(served)
+    )
+    key = options.api_key or os.environ.get(API_KEY_ENV) or None
+    if key:  # outside ReadBody: a client without the key has no body read
+        app.add_middleware(RequireKey, key=key)
+    origins = [o.strip() for o in options.cors_origins.split(",") if o.strip()]
+    if origins:  # outside RequireKey: a browser's preflight carries no key
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "HEAD", "POST"],
+            allow_headers=["authorization", "content-type", "x-api-key", "api-key"],
+        )
     app.add_middleware(ObserveRequests, metrics=metrics)  # outermost: it sees every answer
     _add_routes(app)
+    if options.docs == "on":
+
+        @app.get("/docs", include_in_schema=False)
+        async def docs():
+            return HTMLResponse(docs_page(app.openapi()))
+
     from .compat import router
 
     app.include_router(router)
     return app
+
+
+def _dumps(content: Any) -> bytes:
+    # JSONResponse's own rendering (compact, UTF-8, no NaN)
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+async def json_response(content: Any, status_code: int = 200) -> Response:
+    """A JSON answer rendered on a worker thread: a large answer (256 inputs, many candidates)
+    takes the event loop no time, so ``/health`` and every other request keep answering."""
+    body = await asyncio.to_thread(_dumps, content)
+    return Response(body, status_code, media_type="application/json")
+
+
+#: Prediction routes whose model the path names, or that a one-model server answers with it.
+_NAMED_ROUTE = re.compile(r"^/v1/models/([^/]+)/predict$")
+_ROUTES_OF_THE_ONLY_MODEL = frozenset({"/v1/embeddings", "/embed", "/rerank", "/predict"})
+
+
+def _early_admission(served: dict[str, ServedModel]):
+    """``admit(path)``: 429 for a request whose model has a full queue, before its body is parsed
+    or validated (under overload, most requests are refused: each refusal must cost little).
+    The route's own admission (:meth:`ServedModel.predict`) still checks every request."""
+
+    def admit(path: str) -> None:
+        named = _NAMED_ROUTE.match(path)
+        if named:
+            model = served.get(named.group(1))
+        elif path in _ROUTES_OF_THE_ONLY_MODEL and len(served) == 1:
+            model = next(iter(served.values()))
+        else:
+            return
+        if model is not None and model.batcher is not None:
+            model.batcher.admit()
+
+    return admit
 
 
 def _body_limit(options: ServeOptions) -> int:
@@ -131,31 +223,13 @@ def _body_limit(options: ServeOptions) -> int:
     return options.max_inputs_per_request * (6 * options.max_chars_per_input + 1024) + (1 << 16)
 
 
-class LimitBody:
-    """ASGI middleware: a request whose ``Content-Length`` is above ``limit`` gets a 413 unread."""
-
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            length = dict(scope.get("headers") or []).get(b"content-length", b"0")
-            if length.isdigit() and int(length) > self.limit:
-                error = ApiError(
-                    413,
-                    f"request body: expected at most {self.limit} bytes (from --max_inputs_per_request and "
-                    f"--max_chars_per_input), found {int(length)}",
-                    "request body",
-                )
-                response = JSONResponse(error.body(style_for(scope["path"])), 413)
-                return await response(scope, receive, send)
-        return await self.app(scope, receive, send)
-
-
 def _load_all(
-    served: dict[str, ServedModel], loop: asyncio.AbstractEventLoop, stopping: threading.Event
+    served: dict[str, ServedModel], loop: asyncio.AbstractEventLoop, stopping: threading.Event, on_failure
 ) -> None:
-    """Load and warm up every model, one after the other (on the loader thread)."""
+    """Load and warm up every model, one after the other (on the loader thread). A model that
+    fails is marked failed (``/health`` answers 503) and ``on_failure()``, when it returns a
+    callable, is called on the event loop: the CLI stops the server then, so that a process
+    that cannot serve one of its models exits non-zero instead of answering 503 for ever."""
     for model in served.values():
         start = time.perf_counter()
         try:
@@ -172,6 +246,10 @@ def _load_all(
                 logger.error("model %r (%s) failed to load: %s", model.name, model.model_dir, error)
             else:
                 logger.exception("model %r (%s) failed to load", model.name, model.model_dir)
+            callback = on_failure()
+            if callback is not None:
+                loop.call_soon_threadsafe(callback)
+                return
             continue
         model.set_state("ready")
         logger.info(
@@ -185,34 +263,53 @@ def _load_all(
         logger.info("serve: ready (%s)", ", ".join(served))
 
 
+def _begin_drain(app: FastAPI) -> None:
+    """A stop signal arrived (call from the event loop's thread): requests still waiting for
+    their model at ``--drain_timeout`` are answered JSON 503 then, so that every client gets an
+    answer and the process exits 0 within the drain time."""
+    loop, closing = getattr(app.state, "loop", None), getattr(app.state, "closing", None)
+    if loop is not None and closing is not None:  # from a signal handler: hand it to the loop
+        loop.call_soon_threadsafe(loop.call_later, app.state.options.drain_timeout, closing.set)
+
+
 async def _drain(served: dict[str, ServedModel], metrics: ServerMetrics, options: ServeOptions) -> None:
     """Lifespan shutdown: uvicorn has waited for in-flight requests; end each model's worker."""
     left = int(metrics.in_flight.value())
+    cut = sum(model.cut_at_drain for model in served.values())
     if left:
         logger.warning(
             "serve: %d requests still in flight after --drain_timeout %g s", left, options.drain_timeout
         )
+    elif cut:
+        logger.warning(
+            "serve: drained: %d request(s) still waiting at --drain_timeout %g s were answered 503, "
+            "the others answered",
+            cut,
+            options.drain_timeout,
+        )
     else:
         logger.info("serve: drained: every in-flight request was answered")
     for model in served.values():
-        if model.batcher is not None and not await asyncio.to_thread(
-            model.batcher.stop, options.drain_timeout
-        ):
-            logger.warning(
-                "serve: model %r still busy after %g s; leaving it", model.name, options.drain_timeout
-            )
+        if model.batcher is not None and not await asyncio.to_thread(model.batcher.stop, 0.0 if cut else 5.0):
+            logger.warning("serve: model %r still busy; leaving it", model.name)
     logger.info("serve: stopped")
 
 
 def _add_routes(app: FastAPI) -> None:
-    @app.get("/health", summary="Liveness: the process answers; each model's state")
-    async def health(request: Request) -> dict[str, Any]:
-        return {"status": "ok", "models": {n: m.describe() for n, m in request.app.state.served.items()}}
+    @app.get("/health", summary="Liveness: 200 while the process can serve its models, 503 once one failed")
+    async def health(request: Request):
+        models = request.app.state.served.values()
+        states = {m.name: m.describe(detail=False) for m in models}  # open to all: no paths, no errors
+        if any(m.state == "failed" for m in models):
+            return JSONResponse({"status": "failed", "models": states}, status_code=503)
+        return {"status": "ok", "models": states}
+
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)  # probes that send HEAD
 
     @app.get("/ready", summary="Readiness: 200 once every model is loaded and warmed up, else 503")
     async def ready(request: Request):
         models = request.app.state.served.values()
-        states = {m.name: m.describe() for m in models}
+        states = {m.name: m.describe(detail=False) for m in models}
         if all(m.ready for m in models):
             return {"status": "ready", "models": states}
         status = "failed" if any(m.state == "failed" for m in models) else "loading"
@@ -246,7 +343,7 @@ def _add_routes(app: FastAPI) -> None:
         inputs = model.parse(body.inputs)
         overrides = model.check_overrides(body.parameters)
         predictions = await model.predict(inputs, overrides, request=request)
-        return JSONResponse({"model": model.name, "task": model.task, "predictions": predictions})
+        return await json_response({"model": model.name, "task": model.task, "predictions": predictions})
 
     @app.get("/metrics", summary="Prometheus text exposition", response_class=PlainTextResponse)
     async def metrics(request: Request):

@@ -13,13 +13,22 @@ computes), so waiting only pays when traffic is arriving. The worker waits up to
 several requests, or several are already queued. A lone request on an idle model starts at once,
 so batching costs it nothing.
 
-A request already answered elsewhere (timed out, client gone) is skipped; an exception in a batch
-fails that batch's requests only, and is logged with its traceback.
+Work is bounded by what it costs. A request's ``tokens`` are the tokens its inputs compute (every
+window of a long text counted, :meth:`encoder_tasks.serving.models.ServedModel.costs`); one over
+the budget runs alone, in slices of inputs within the budget. Before every forward pass the worker
+checks that somebody still waits for the batch (:data:`encoder_tasks.predict.BEFORE_FORWARD`): a
+request that timed out or whose client left stops computing at the next pass, not minutes later.
+
+Admission: at most ``max_queue`` requests wait per model; one more gets a 429 with ``Retry-After``
+at once (:meth:`Batcher.admit`), not a 503 after the timeout. A request answered elsewhere (timed
+out, client gone) leaves the queue and its gauge at once. An exception in a batch fails that
+batch's requests only (a task's :class:`~encoder_tasks.errors.UserError` is the client's 400, any
+other is a 500 logged with its traceback).
 
 Example:
     >>> import asyncio
     >>> from encoder_tasks.serving.metrics import ServerMetrics
-    >>> batcher = Batcher("echo", lambda inputs, overrides: inputs, 8192, 5.0, ServerMetrics())
+    >>> batcher = Batcher("echo", lambda inputs, overrides: inputs, 8192, 5.0, ServerMetrics(), max_queue=4)
     >>> batcher.start()
     >>> async def ask():
     ...     return await batcher.submit([{"text": "hi"}], {}, tokens=3)
@@ -34,12 +43,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import UserError
+from ..predict import BEFORE_FORWARD
 from .errors import ApiError
 
 logger = logging.getLogger(__name__)
@@ -47,16 +59,24 @@ logger = logging.getLogger(__name__)
 Predict = Callable[[list[dict[str, Any]], dict[str, Any]], list[dict[str, Any]]]
 
 
+class Abandoned(Exception):
+    """Raised before a forward pass when nobody waits for the batch any more."""
+
+
 @dataclass(eq=False)
 class Job:
-    """One request waiting for its model: its inputs, parameters, token count and future."""
+    """One request waiting for its model: its inputs, parameters, tokens (per input) and future."""
 
     inputs: list[dict[str, Any]]
     overrides: dict[str, Any]
-    tokens: int
+    costs: list[int]
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     arrived: float = field(default_factory=time.monotonic)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.costs)
 
     @property
     def key(self) -> str:
@@ -77,17 +97,34 @@ def _settle(future: asyncio.Future, result: Any, error: BaseException | None) ->
 class Batcher:
     """The queue and worker thread of one model; see the module docstring."""
 
-    def __init__(self, name: str, predict: Predict, max_batch_tokens: int, max_wait_ms: float, metrics):
+    def __init__(
+        self,
+        name: str,
+        predict: Predict,
+        max_batch_tokens: int,
+        max_wait_ms: float,
+        metrics,
+        max_queue: int | None = None,
+    ):
         self.name, self.predict, self._metrics = name, predict, metrics
         self.max_batch_tokens, self.max_wait = max_batch_tokens, max_wait_ms / 1000.0
+        self.max_queue = max_queue
         self._queue: list[Job] = []
         self._cond = threading.Condition()
         self._stopping = False
+        self._abandon = False  # set when the drain time is over: the running batch stops too
+        self._running: list[Job] = []
         self._last_batch_requests = 0
+        self._batch_seconds = 0.0  # a moving average, for Retry-After
         self._thread = threading.Thread(target=self._work, name=f"encoder-tasks-model-{name}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the worker thread still runs."""
+        return self._thread.is_alive()
 
     @property
     def stopping(self) -> bool:
@@ -95,33 +132,88 @@ class Batcher:
 
     @property
     def depth(self) -> int:
-        """Requests waiting (not yet taken into a batch)."""
+        """Requests waiting (not yet taken into a batch, and still waited for)."""
         with self._cond:
-            return len(self._queue)
+            return self._live()
 
-    def submit(self, inputs: list[dict[str, Any]], overrides: dict[str, Any], tokens: int) -> asyncio.Future:
-        """Queue one request (call from the event loop); its future resolves to one record per input."""
+    def _live(self) -> int:
+        return sum(1 for job in self._queue if not job.future.done())
+
+    def retry_after(self) -> int:
+        """Seconds a refused client should wait: about the time the queue takes to clear."""
+        with self._cond:
+            depth = self._live()
+        per_request = self._batch_seconds / max(self._last_batch_requests, 1)
+        return max(1, min(60, math.ceil(per_request * depth)))
+
+    def admit(self) -> None:
+        """Raise ApiError 429 (with ``Retry-After``) when ``max_queue`` requests already wait."""
+        if self.max_queue is None:
+            return
+        with self._cond:
+            depth = self._live()
+        if depth >= self.max_queue:
+            self._metrics.shed.inc(model=self.name)
+            raise ApiError(
+                429,
+                f"model {self.name!r}: {depth} requests are waiting already (--max_queue "
+                f"{self.max_queue}); try again shortly",
+                kind="overloaded",
+                headers={"Retry-After": str(self.retry_after())},
+            )
+
+    def submit(
+        self, inputs: list[dict[str, Any]], overrides: dict[str, Any], tokens: int | list[int]
+    ) -> asyncio.Future:
+        """Queue one request (call from the event loop); its future resolves to one record per input.
+        ``tokens``: the tokens each input computes (or one total). Raises ApiError 429 when the
+        queue is full, 503 when the server is stopping."""
         loop = asyncio.get_running_loop()
-        job = Job(inputs, dict(overrides), tokens, loop.create_future(), loop)
+        if isinstance(tokens, int):  # one total: spread over the inputs, for slicing
+            costs = [tokens // len(inputs)] * len(inputs) if inputs else []
+            if costs:
+                costs[0] += tokens - sum(costs)
+        else:
+            costs = list(tokens)
+        job = Job(inputs, dict(overrides), costs, loop.create_future(), loop)
         with self._cond:
             if self._stopping:
                 raise ApiError(503, f"model {self.name!r}: the server is shutting down")
+        self.admit()
+        with self._cond:
             self._queue.append(job)
-            self._metrics.queue_depth.set(len(self._queue), model=self.name)
+            self._metrics.queue_depth.set(self._live(), model=self.name)
             self._cond.notify()
+        job.future.add_done_callback(self._gone)
         return job.future
 
+    def _gone(self, future: asyncio.Future) -> None:
+        """A request answered or given up (timeout, disconnect): the gauge stops counting it."""
+        with self._cond:
+            self._metrics.queue_depth.set(self._live(), model=self.name)
+
     def stop(self, timeout: float | None = None) -> bool:
-        """Answer what is queued, then end the worker; True when it ended within ``timeout``."""
+        """Answer what is queued, then end the worker; True when it ended within ``timeout``.
+        Past ``timeout`` the batch running stops at its next forward pass (its requests have been
+        answered 503 by then) and the worker is given a moment to end."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._abandon = True
+            self._thread.join(5.0)
         return not self._thread.is_alive()
+
+    def _before_forward(self) -> None:
+        """Before each forward pass (worker thread): stop when nobody waits for this batch."""
+        if self._abandon or all(job.future.done() for job in self._running):
+            raise Abandoned()
 
     # ---- the worker thread ------------------------------------------------------------------------
     def _work(self) -> None:
+        BEFORE_FORWARD.set(self._before_forward)  # this thread's context only
         while True:
             batch = self._next_batch()
             if batch is None:
@@ -175,28 +267,64 @@ class Batcher:
         self._queue = [job for job in self._queue if id(job) not in taken]
         return batch
 
+    def _slices(self, batch: list[Job]) -> list[list[dict[str, Any]]]:
+        """The inputs of ``batch`` in predict calls: all together, or a lone request over the
+        budget in consecutive slices within it (at least one input each)."""
+        inputs = [record for job in batch for record in job.inputs]
+        if len(batch) > 1 or batch[0].tokens <= self.max_batch_tokens:
+            return [inputs]
+        slices, current, total = [], [], 0
+        for record, cost in zip(batch[0].inputs, batch[0].costs):
+            if current and total + cost > self.max_batch_tokens:
+                slices.append(current)
+                current, total = [], 0
+            current.append(record)
+            total += cost
+        return [*slices, current] if current else slices
+
     def _run(self, batch: list[Job]) -> None:
         batch = [job for job in batch if not job.future.done()]
         if not batch:
             return
-        inputs = [record for job in batch for record in job.inputs]
         labels = {"model": self.name}
-        self._metrics.batch_inputs.observe(len(inputs), **labels)
+        self._metrics.batch_inputs.observe(sum(len(job.inputs) for job in batch), **labels)
         self._metrics.batch_requests.observe(len(batch), **labels)
         self._metrics.batch_tokens.observe(sum(job.tokens for job in batch), **labels)
+        self._running = batch
+        start = time.monotonic()
         try:
-            results = self.predict(inputs, batch[0].overrides)
-            if len(results) != len(inputs):
-                raise RuntimeError(f"predict returned {len(results)} records for {len(inputs)} inputs")
+            results: list[dict[str, Any]] = []
+            for inputs in self._slices(batch):
+                self._before_forward()  # between slices too (a slice may be one short input)
+                answer = self.predict(inputs, batch[0].overrides)
+                if len(answer) != len(inputs):
+                    raise RuntimeError(f"predict returned {len(answer)} records for {len(inputs)} inputs")
+                results.extend(answer)
+        except Abandoned:
+            self._metrics.abandoned.inc(**labels)
+            logger.info(
+                "model %r: nobody waits for a batch of %d requests; stopped it", self.name, len(batch)
+            )
+            for job in batch:  # answered already, unless the server is past its drain time
+                self._resolve(job, None, ApiError(503, f"model {self.name!r}: the server is shutting down"))
+            return
+        except UserError as exc:  # a parameter the task refuses (QA doc_stride against max_length)
+            for job in batch:
+                self._resolve(job, None, ApiError(400, str(exc), getattr(exc, "field", None)))
+            return
         except Exception as exc:  # one bad batch fails its own requests, never the worker
             logger.exception("model %r: a batch of %d requests failed", self.name, len(batch))
             self._metrics.batch_failures.inc(**labels)
-            message = (
-                f"model {self.name!r}: prediction failed ({type(exc).__name__}: {exc}); see the server log"
-            )
+            message = f"model {self.name!r}: prediction failed ({type(exc).__name__}); see the server log"
             for job in batch:
                 self._resolve(job, None, ApiError(500, message, kind="server_error"))
             return
+        finally:
+            self._running = []
+            elapsed = time.monotonic() - start
+            self._batch_seconds = (
+                elapsed if not self._batch_seconds else 0.8 * self._batch_seconds + 0.2 * elapsed
+            )
         start = 0
         for job in batch:
             self._resolve(job, results[start : start + len(job.inputs)], None)

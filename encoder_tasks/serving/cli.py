@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import socket
+import sys
 from pathlib import Path
 
 from ..errors import UserError
@@ -103,16 +104,29 @@ def main(argv: list[str]) -> int:
         "batch_size": "Inputs per forward pass inside a batch (predict's --batch_size).",
         "max_inputs_per_request": "Most inputs one request may hold (more: 413).",
         "max_chars_per_input": "Most characters one text of an input may hold (more: 413).",
+        "max_request_tokens": "Most tokens one request may compute, every window of a long text counted "
+        "(more: 413).",
+        "max_top_k": "Highest top_k (candidates per answer) a request may ask for (more: 400).",
+        "max_queue": "Most requests waiting per model; one more is refused at once with 429 and Retry-After.",
         "request_timeout": "Seconds a request may wait for its answer (then 503).",
         "precision": "auto, fp32 or bf16, as predict's --precision.",
         "drain_timeout": "Seconds SIGTERM waits for requests in flight before exiting.",
+        "header_timeout": "Seconds a client may take to send a request's headers (then the connection closes).",
+        "body_timeout": "Seconds a client may take to send a request's body (then 408).",
+        "keep_alive_timeout": "Seconds an idle keep-alive connection stays open.",
+        "max_connections": "Most connections (and requests) at once; more get 503 at once.",
+        "api_key": "Key every request but GET /health must send (Authorization: Bearer KEY or X-API-Key); "
+        "else ENCODER_TASKS_API_KEY, else none (prefer the variable: a flag shows in `ps`).",
+        "cors_origins": "Comma-separated origins a browser may call from (CORS); none by default.",
+        "docs": "on: /docs (one page, no CDN) and /openapi.json; off: neither.",
     }
+    choices = {"precision": ("auto", "fp32", "bf16"), "docs": ("on", "off")}
     for option in dataclasses.fields(ServeOptions):
         default = getattr(defaults, option.name)
-        kwargs = {"choices": ("auto", "fp32", "bf16")} if option.name == "precision" else {}
+        kwargs = {"choices": choices[option.name]} if option.name in choices else {}
         parser.add_argument(
             f"--{option.name}",
-            type=type(default),
+            type=str if default is None else type(default),
             default=default,
             help=f"{helps[option.name]} (default {default})",
             **kwargs,
@@ -136,6 +150,7 @@ def serve(models: dict[str, str], options, log_level: str = "info") -> int:
         ) from None
     from ..log import configure_logging
     from .app import create_app
+    from .protocol import uvicorn_config
 
     os.environ["ENCODER_TASKS_DISABLE_TQDM"] = "1"  # a server's log is no terminal
     configure_logging(getattr(logging, log_level.upper()))
@@ -147,13 +162,15 @@ def serve(models: dict[str, str], options, log_level: str = "info") -> int:
         pass
     app = create_app(models, options)  # a folder that is no model fails here, before listening
     sock = _listen(options.host, options.port)
-    config = uvicorn.Config(
-        app,
-        log_level=log_level,
-        lifespan="on",
-        timeout_graceful_shutdown=options.drain_timeout,
-    )
+    config = uvicorn_config(app, options, log_level)
     server = _draining_server(uvicorn, config, app)
+    failed: list[bool] = []
+
+    def stop_on_failure() -> None:  # a model that cannot load: stop, exit 1 (an orchestrator restarts)
+        failed.append(True)
+        server.should_exit = True
+
+    app.state.on_load_failure = stop_on_failure
     host, port = sock.getsockname()[:2]
     logger.info("serve: listening on http://%s:%s (%s; API docs at /docs)", host, port, ", ".join(models))
     # uvicorn re-raises the signal that stopped it once it has drained; a handler of ours makes that
@@ -165,7 +182,24 @@ def serve(models: dict[str, str], options, log_level: str = "info") -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sock.close()
-    return 0
+    code = 1 if failed else 0
+    if failed:
+        logger.error("serve: a model failed to load (see above); exiting 1")
+    _exit_if_threads_busy(app, code)
+    return code
+
+
+def _exit_if_threads_busy(app, code: int) -> None:
+    """A model thread still inside torch when the interpreter exits aborts the process
+    ("terminate called without an active exception", status 134): exit at once instead."""
+    threads = [m.batcher.alive for m in app.state.served.values() if m.batcher is not None]
+    loader = getattr(app.state, "loader", None)
+    if any(threads) or (loader is not None and loader.is_alive()):
+        logger.warning("serve: a model thread is still busy; exiting without waiting for it")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _ignore(signum, frame) -> None:
@@ -184,6 +218,7 @@ def _draining_server(uvicorn, config, app):
                     int(app.state.metrics.in_flight.value()),
                     app.state.options.drain_timeout,
                 )
+                app.state.begin_drain()  # at --drain_timeout, what still waits is answered 503
             super().handle_exit(sig, frame)
 
     return DrainingServer(config)

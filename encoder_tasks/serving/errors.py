@@ -16,15 +16,31 @@ from __future__ import annotations
 from typing import Any
 
 #: text-embeddings-inference's error types, by status.
-_TEI_TYPES = {400: "Validation", 404: "Validation", 413: "Validation", 422: "Validation", 503: "Overloaded"}
+_TEI_TYPES = {
+    400: "Validation",
+    401: "Unauthorized",
+    404: "Validation",
+    408: "Validation",
+    413: "Validation",
+    422: "Validation",
+    429: "Overloaded",
+    503: "Overloaded",
+}
 
 
 class ApiError(Exception):
     """A request that cannot be answered: ``status`` (4xx: the client's fault; 503: try again)."""
 
-    def __init__(self, status: int, message: str, field: str | None = None, kind: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        field: str | None = None,
+        kind: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
-        self.status, self.message, self.field = status, message, field
+        self.status, self.message, self.field, self.headers = status, message, field, headers
         self.kind = kind or ("invalid_request_error" if status < 500 else "server_unavailable")
 
     def body(self, style: str = "openai") -> dict[str, Any]:
@@ -149,6 +165,7 @@ def install_handlers(app) -> None:
     from starlette.exceptions import HTTPException
 
     def render(request, error: ApiError, headers=None):
+        headers = {**(error.headers or {}), **(headers or {})} or None
         return JSONResponse(error.body(style_for(request.url.path)), error.status, headers=headers)
 
     @app.exception_handler(ApiError)

@@ -148,6 +148,14 @@ class ServerMetrics:
         self.batch_failures = Counter(prefix + "batch_failures_total", "Model batches that raised.", lock)
         self.queue_depth = Gauge(prefix + "queue_depth", "Requests waiting for their model.", lock)
         self.model_ready = Gauge(prefix + "model_ready", "1 when the model is loaded and warmed up.", lock)
+        self.shed = Counter(
+            prefix + "requests_shed_total", "Requests refused 429 because the model's queue was full.", lock
+        )
+        self.abandoned = Counter(
+            prefix + "batches_abandoned_total",
+            "Model batches stopped between forward passes: nobody waited for them any more.",
+            lock,
+        )
         self._all = [
             self.requests,
             self.errors,
@@ -159,6 +167,8 @@ class ServerMetrics:
             self.batch_failures,
             self.queue_depth,
             self.model_ready,
+            self.shed,
+            self.abandoned,
         ]
         self.in_flight.set(0)
 

@@ -18,12 +18,13 @@ import asyncio
 import copy
 import dataclasses
 import logging
+import math
 import threading
 from pathlib import Path
 from typing import Any
 
 from ..inference import Predictor, task_of
-from ..inputs import InputError, describe
+from ..inputs import InputError, describe, record_texts
 from .batcher import Batcher
 from .errors import ApiError, ClientDisconnected
 
@@ -36,11 +37,17 @@ class ServedModel:
 
     def __init__(self, name: str, model_dir: str | Path, options, metrics):
         self.name, self.model_dir, self.options, self.metrics = name, str(model_dir), options, metrics
+        from .checks import check_model_dir
+
+        check_model_dir(model_dir)  # a damaged folder fails here, before serving
         self.task = task_of(model_dir)  # a folder that is no model fails here, before serving
         self.predictor: Predictor | None = None
         self.state, self.error = "loading", None
         self.batcher: Batcher | None = None
         self._counter: Predictor | None = None
+        #: Set when the server stops (the app's lifespan): at --drain_timeout, waiting requests get 503.
+        self.closing: asyncio.Event | None = None
+        self.cut_at_drain = 0
         self._count_lock = threading.Lock()
         metrics.model_ready.set(0, model=name)
 
@@ -48,10 +55,16 @@ class ServedModel:
     def ready(self) -> bool:
         return self.state == "ready"
 
-    def describe(self) -> dict[str, Any]:
-        about = {"task": self.task, "state": self.state, "model_dir": self.model_dir}
-        if self.error:
-            about["error"] = self.error
+    def describe(self, detail: bool = True) -> dict[str, Any]:
+        """Task and state; with ``detail``, the folder and the load error too (the server log
+        has them: an answer to anyone shows neither paths nor exceptions)."""
+        about = {"task": self.task, "state": self.state}
+        if detail:
+            about["model_dir"] = self.model_dir
+            if self.error:
+                about["error"] = self.error
+        elif self.state == "failed":
+            about["error"] = "failed to load; the server log says why"
         return about
 
     # ---- loading (on a background thread) ---------------------------------------------------------
@@ -65,6 +78,10 @@ class ServedModel:
             batch_size=options.batch_size,
             disable_tqdm=True,  # a server's log is no terminal
         )
+        if self.task != "mlm" and hasattr(predictor.tokenizer, "split_special_tokens"):
+            # "[SEP]" or "[CLS]" typed in a request is text, not a separator the client can inject
+            # (MLM keeps special tokens: its inputs hold [MASK] on purpose).
+            predictor.tokenizer.split_special_tokens = True
         # A fast tokenizer must not be used by two threads at once (truncation settings live in
         # the Rust object: "Already borrowed"); tokens are counted with a copy, under a lock.
         counting = copy.deepcopy(predictor.tokenizer)
@@ -76,6 +93,7 @@ class ServedModel:
             options.max_batch_tokens,
             options.max_wait_ms,
             self.metrics,
+            max_queue=options.max_queue,
         )
         self.batcher.start()
         self.predictor = predictor
@@ -103,7 +121,7 @@ class ServedModel:
     # ---- requests ---------------------------------------------------------------------------------
     def _unavailable(self) -> ApiError:
         if self.state == "failed":
-            return ApiError(503, f"model {self.name!r} failed to load: {self.error}")
+            return ApiError(503, f"model {self.name!r} failed to load; the server log says why")
         return ApiError(503, f"model {self.name!r} is still loading; GET /ready answers 200 once it is ready")
 
     def parse(self, records: Any, where: str = "inputs") -> list[dict[str, Any]]:
@@ -160,14 +178,77 @@ class ServedModel:
             return {}
         if not self.ready:
             raise self._unavailable()
+        if isinstance(parameters, dict):  # ranges first: they name the field, the task's checks do not
+            known = {f.name for f in dataclasses.fields(self.predictor.args)}
+            self._check_ranges({k: v for k, v in parameters.items() if k in known}, where)
         try:
             return self.predictor.check_overrides(parameters, where)
         except InputError as error:
             raise ApiError(400, str(error), error.field) from None
 
-    def _count_tokens(self, inputs: list[dict[str, Any]]) -> int:
+    def _check_ranges(self, checked: dict[str, Any], where: str) -> None:
+        """Bounds on what a parameter may cost: a stride that leaves a window nothing new moves
+        it by one word (hundreds of passes for one text), a ``top_k`` of the whole vocabulary is
+        an answer of hundreds of megabytes; thresholds must be numbers a comparison can use."""
+        top = self.options.max_top_k
+        for name, value in checked.items():
+            field = f"{where}.{name}"
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ApiError(400, f"{field}: expected a finite number, found {value!r}", field)
+            low, high = _RANGES.get(name, (None, None))
+            if name in ("top_k", "n_best"):
+                high = top
+            if isinstance(value, int) and not isinstance(value, bool):
+                if (low is not None and value < low) or (high is not None and value > high):
+                    expected = f"{low} to {high}" if high is not None else f"at least {low}"
+                    cap = " (--max_top_k)" if high == top and name in ("top_k", "n_best") else ""
+                    raise ApiError(400, f"{field}: expected {expected}{cap}, found {value}", field)
+
+        def number(value: Any) -> bool:  # the type checks that follow name any other value
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        for name in ("window_stride", "doc_stride"):
+            if not hasattr(self.predictor.args, name):
+                continue
+            # The saved stride meets a max_length given here too (classification halves its own)
+            given = name in checked or ("max_length" in checked and self.task != "classification")
+            stride = checked.get(name, _flag(self.predictor, name))
+            max_length = checked.get("max_length") or _flag(self.predictor, "max_length")
+            if not given or not number(stride) or not number(max_length):
+                continue
+            room = int(max_length) - self.predictor.tokenizer.num_special_tokens_to_add(
+                pair=name == "doc_stride"
+            )
+            room -= 1 if name == "doc_stride" else 0  # a question takes at least a token
+            if stride >= room:
+                field = f"{where}.{name if name in checked else 'max_length'}"
+                raise ApiError(
+                    400,
+                    f"{field}: {name} {stride} must be less than {room}, the tokens a window of max_length "
+                    f"{max_length} holds (each window must move on by at least one token)",
+                    field,
+                )
+
+    def costs(self, inputs: list[dict[str, Any]], overrides: dict[str, Any] | None = None) -> list[int]:
+        """Tokens each input computes with these parameters: every window of a long text counted
+        at the full window length (a 20,000-character text is dozens of forward rows, not one),
+        truncated texts at most ``max_length``. What the batch budget and ``--max_request_tokens``
+        count (blocking: call it off the event loop)."""
         with self._count_lock:
-            return sum(self._counter.count_tokens(inputs))
+            return _costs(self._counter, self.task, inputs, overrides or {})
+
+    def check_cost(self, costs: list[int], where: str = "inputs", at_least: bool = False) -> None:
+        """ApiError 413 when a request computes more tokens than ``--max_request_tokens``
+        (``at_least``: ``costs`` is a lower bound)."""
+        total, limit = sum(costs), self.options.max_request_tokens
+        if total > limit:
+            raise ApiError(
+                413,
+                f"{where}: expected at most {limit} tokens of work per request (--max_request_tokens; "
+                f"every window of a long text counts), found {'at least ' if at_least else ''}{total} "
+                f"in {len(costs)} inputs; send fewer or shorter inputs",
+                where,
+            )
 
     def token_lengths(self, sequences: list[tuple[str, ...]]) -> list[int]:
         """Tokens per sequence (a text, or a pair encoded together), special tokens included,
@@ -186,21 +267,33 @@ class ServedModel:
         came within ``request_timeout``."""
         if self.batcher is None or self.state == "failed":
             raise self._unavailable()
+        self.batcher.admit()  # a full queue refuses at once, before any work is spent on counting
         answer = asyncio.ensure_future(
             asyncio.wait_for(self._submit(inputs, overrides or {}), self.options.request_timeout)
         )
-        if request is None:
-            return await self._answer(answer)
-        gone = asyncio.ensure_future(_disconnected(request))
+        waits = {answer}
+        gone = asyncio.ensure_future(_disconnected(request)) if request is not None else None
+        closed = asyncio.ensure_future(self.closing.wait()) if self.closing is not None else None
+        waits |= {w for w in (gone, closed) if w is not None}
         try:
-            done, _ = await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            gone.cancel()
-        if answer not in done:
-            answer.cancel()
+            for waiter in (gone, closed):
+                if waiter is not None:
+                    waiter.cancel()
+        if answer in done:
+            return await self._answer(answer)
+        answer.cancel()
+        if gone is not None and gone in done:
             logger.info("model %r: a client disconnected before its answer; dropped", self.name)
             raise ClientDisconnected()
-        return await self._answer(answer)
+        self.cut_at_drain += 1
+        raise ApiError(
+            503,
+            f"model {self.name!r}: the server is shutting down and this request was still waiting at "
+            "--drain_timeout; try again (another replica)",
+            headers={"Retry-After": "1"},
+        )
 
     async def warm_up(self) -> None:
         """One prediction through the batcher (no timeout: the first forward pays for set-up)."""
@@ -217,8 +310,96 @@ class ServedModel:
             ) from None
 
     async def _submit(self, inputs: list[dict[str, Any]], overrides: dict[str, Any]) -> list[dict[str, Any]]:
-        tokens = await asyncio.to_thread(self._count_tokens, inputs)
-        return await self.batcher.submit(inputs, overrides, tokens)
+        # A request far over the cap is refused from its word count, before it is tokenized
+        floor = await asyncio.to_thread(_costs, self._counter, self.task, inputs, overrides, True)
+        self.check_cost(floor, at_least=True)
+        costs = await asyncio.to_thread(self.costs, inputs, overrides)
+        self.check_cost(costs)
+        return await self.batcher.submit(inputs, overrides, costs)
+
+
+#: Lowest (and highest) value of the per-request parameters that have one (``top_k``'s highest
+#: is ``--max_top_k``).
+_RANGES: dict[str, tuple[int | None, int | None]] = {
+    "window_stride": (0, None),
+    "doc_stride": (0, None),
+    "max_answer_length": (1, None),
+    "max_question_length": (1, None),
+    "top_k": (1, None),
+    "n_best": (1, None),
+    "dimensions": (1, None),
+}
+
+
+def _flag(predictor: Predictor, name: str) -> Any:
+    """A predict flag as the model runs it: the loaded flag, else the saved setting."""
+    value = getattr(predictor.args, name, None)
+    if value is None and predictor.settings is not None:
+        value = getattr(predictor.settings, name, None)
+    return value
+
+
+def _windows(length: int, room: int, stride: int) -> int:
+    """Windows of ``room`` tokens, neighbours sharing ``stride``, that cover ``length`` tokens."""
+    if length <= room:
+        return 1
+    step = max(room - max(stride, 0), 1)
+    return 1 + -(-(length - room) // step)
+
+
+def _costs(
+    predictor: Predictor,
+    task: str,
+    inputs: list[dict[str, Any]],
+    overrides: dict[str, Any],
+    words_only: bool = False,
+) -> list[int]:
+    """See :meth:`ServedModel.costs`; ``predictor`` holds the counting tokenizer. ``words_only``:
+    a lower bound without tokenizing, each whitespace-separated word taken as one token (a word
+    is at least one), to refuse a request far over the cap at once."""
+    tokenizer, args, settings = predictor.tokenizer, predictor.args, predictor.settings
+
+    def flag(name: str, default: Any = None) -> Any:
+        value = overrides.get(name, getattr(args, name, None))
+        if value is None and settings is not None:
+            value = getattr(settings, name, None)
+        return default if value is None else value
+
+    real_limit = getattr(predictor.tokenizer, "init_kwargs", {}).get("model_max_length") or 512
+    max_length = int(flag("max_length", real_limit if real_limit < 1 << 20 else 512))
+    single = tokenizer.num_special_tokens_to_add(pair=False)
+    paired = tokenizer.num_special_tokens_to_add(pair=True)
+    texts = [text for record in inputs for text in record_texts(record)]
+    if words_only:
+        lengths = iter(len(text.split()) for text in texts)
+    else:
+        lengths = iter(
+            len(ids) for ids in (tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        )
+    costs = []
+    for record in inputs:
+        # record_texts: the string (and token list) fields, in the record's order
+        names = [k for k, v in record.items() if isinstance(v, str | list)]
+        sizes = {name: next(lengths) for name in names}
+        counts = [n for name, n in sizes.items() if name != "id"]
+        if task == "qa":
+            question = min(sizes["question"], int(flag("max_question_length", sizes["question"])))
+            context = sizes["context"]
+            room = max(max_length - paired - question, 1)
+            windows = _windows(context, room, int(flag("doc_stride", 0)))
+            costs.append(windows * max_length if windows > 1 else question + context + paired)
+        elif (
+            task in ("classification", "ner")
+            and len(counts) == 1
+            and (task == "ner" or flag("long_text", "window") == "window")
+        ):
+            windows = _windows(counts[0], max_length - single, int(flag("window_stride", 0)))
+            costs.append(windows * max_length if windows > 1 else counts[0] + single)
+        elif task in ("classification", "pair") and len(counts) == 2:
+            costs.append(min(sum(counts) + paired, max_length))  # one sequence, truncated
+        else:  # each text its own sequence, truncated (embedding, mlm)
+            costs.append(sum(min(n + single, max_length) for n in counts) or 1)
+    return costs
 
 
 async def _disconnected(request) -> None:

@@ -38,7 +38,7 @@ def test_predictor_gives_the_records_predict_writes(task_runs, tmp_path, task):
         (
             "qa",
             {"question": " ", "context": "x"},
-            "inputs[0].question: expected a question, found an empty string",
+            "inputs[0].question: expected a non-empty text, found ' '",
         ),
         (
             "embedding",

@@ -112,6 +112,8 @@ class ClassificationPredictArguments(PredictArguments):
 
     def __post_init__(self):
         check_long_text(self.long_text)
+        if self.window_stride < 0:
+            raise UserError(f"--window_stride must be 0 or more, found {self.window_stride}")
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,10 @@ class MLMPredictArguments(PredictArguments):
     text_column: str = field(default="text", metadata={"help": "Column with the text (for tables/JSON)."})
     top_k: int = field(default=5, metadata={"help": "Candidates listed per mask token."})
 
+    def __post_init__(self):
+        if self.top_k < 1:
+            raise UserError(f"--top_k must be at least 1, found {self.top_k}")
+
 
 @dataclass(frozen=True)
 class MLMSettings(TaskSettings):

@@ -153,6 +153,10 @@ class NerPredictArguments(PredictArguments):
         metadata={"help": "Sub-tokens shared by neighbouring windows (default: as in training)."},
     )
 
+    def __post_init__(self):
+        if self.window_stride is not None and self.window_stride < 0:
+            raise UserError(f"--window_stride must be 0 or more, found {self.window_stride}")
+
     def check(self) -> None:
         super().check()
         if self.input_format not in INPUT_FORMATS:

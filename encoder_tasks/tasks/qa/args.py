@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ...config import PredictArguments
@@ -166,6 +167,13 @@ class QAPredictArguments(PredictArguments):
         metadata={"help": "v2.0 no-answer threshold (unset: the tuned one stored with the model)."},
     )
     top_k: int = field(default=1, metadata={"help": "Also list this many best candidate spans per question."})
+
+    def __post_init__(self):
+        _check_minimums(self)
+        if self.top_k < 1:
+            raise UserError(f"--top_k must be at least 1, found {self.top_k}")
+        if self.null_threshold is not None and not math.isfinite(self.null_threshold):
+            raise UserError(f"--null_threshold must be a finite number, found {self.null_threshold}")
 
     def check(self) -> None:
         _check_minimums(self)

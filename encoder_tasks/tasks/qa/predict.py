@@ -138,8 +138,6 @@ def parse_input(record, where: str, settings: QASettings | None = None) -> dict:
         "question": require_text(record, "question", where),
         "context": require_text(record, "context", where),
     }
-    if not parsed["question"].strip():
-        raise InputError(f"{where}.question", "expected a question, found an empty string")
     if "id" in record:
         if not isinstance(record["id"], str | int):
             raise InputError(f"{where}.id", f"expected a string or an integer, found {record['id']!r}")
