@@ -113,6 +113,7 @@ class Predictor:
             "disable_tqdm",
             "batch_size",
             "engine",
+            "backend",
         }
     )
 

@@ -137,11 +137,53 @@ def load_for_prediction(
     tokenizer = load_tokenizer(path)
     if _is_int8(model):
         _int8_precision(args)
+        choose_backend(args, model, path)  # torch only: refuses another backend by name
         return model.cpu(), tokenizer  # its int8 kernels are CPU kernels
     model.to(inference_device())
+    if choose_backend(args, model, path) != "torch":
+        return model, tokenizer  # the encoder runs in a runtime, in fp32
     if not fp32_weights:
         cast_encoder_for_inference(model, getattr(args, "precision", "auto"))
     return model, tokenizer
+
+
+def choose_backend(args, model, path: str) -> str:
+    """Run ``model``'s encoder on ``args.backend`` (:func:`encoder_tasks.runtimes.apply_backend`);
+    returns the backend chosen and records it in ``args.backend``.
+
+    ``--backend`` left unset means ``$ENCODER_TASKS_BACKEND``, else ``auto``. A directory whose
+    settings record a graph (``runtime``: ``encoder-tasks quantize --backend onnx``) loads that graph.
+    The runtimes compute in fp32: ``--precision auto`` means fp32 there, ``bf16`` keeps ``auto`` on
+    torch and is refused with an explicit runtime backend.
+    """
+    from .runtimes import apply_backend, check_backend, default_backend
+    from .settings import given_fields
+
+    backend = getattr(args, "backend", "auto") or "auto"
+    if backend == "auto" and "backend" not in given_fields(args):
+        backend = default_backend()
+    check_backend(backend)
+    precision = getattr(args, "precision", "auto")
+    runtime = model.settings.get("runtime") if model.settings is not None else None
+    if precision == "bf16" and backend != "torch":
+        if backend != "auto" or runtime:
+            raise UserError(
+                f"--precision bf16: the {runtime['backend'] if runtime and backend == 'auto' else backend} backend "
+                "computes in fp32; use --backend torch for bf16, or --precision auto"
+            )
+        backend = "torch"
+    chosen = apply_backend(
+        model,
+        backend,
+        precision=precision,
+        batch_size=getattr(args, "batch_size", 16) or 16,
+        runtime=runtime,
+        where=path,
+    )
+    if chosen != "torch" and precision == "auto":
+        object.__setattr__(args, "precision", "fp32")
+    object.__setattr__(args, "backend", chosen)
+    return chosen
 
 
 def _is_int8(model) -> bool:
