@@ -42,15 +42,28 @@ logger = logging.getLogger(__name__)
 REPORT_FILE = "quantization_report.json"
 
 
-def check_source(model_dir: str, dest: Path, overwrite: bool) -> tuple[str, dict]:
-    """``(resolved model_dir, its saved metadata)``; refuses what cannot be quantized, before loading."""
+def check_source(
+    model_dir: str, dest: Path, overwrite: bool, bare_embedding: bool = True
+) -> tuple[str, dict | None]:
+    """``(resolved model_dir, its saved metadata)``; refuses what cannot be quantized, before loading.
+
+    With ``bare_embedding``, a folder without ``encoder_tasks.json`` that holds an encoder (any
+    ``config.json`` checkpoint, or a sentence-transformers folder) is an embedding model: metadata
+    ``None``.
+    """
     from ..backbone import TASK_FILE, read_task_metadata, resolve_model_path
     from ..registry import TASKS
 
     path = resolve_model_path(str(model_dir))
     metadata = read_task_metadata(path)
+    if metadata is None and bare_embedding and (Path(path) / "config.json").is_file():
+        _check_dest(path, dest, overwrite)
+        return path, None
     if metadata is None:
-        raise UserError(f"quantize: {model_dir} is not a run saved by encoder-tasks (no {TASK_FILE})")
+        raise UserError(
+            f"quantize: {model_dir} is not a run saved by encoder-tasks (no {TASK_FILE}) nor an encoder "
+            "folder (no config.json)"
+        )
     task = TASKS.get(metadata.get("task"))
     if task is None:
         raise UserError(f"quantize: {model_dir}/{TASK_FILE}: unknown task {metadata.get('task')!r}")
@@ -65,6 +78,16 @@ def check_source(model_dir: str, dest: Path, overwrite: bool) -> tuple[str, dict
             f"quantize: {model_dir} holds unmerged LoRA adapters (a checkpoint of a --lora_r run); "
             "quantize the finished run, whose adapters are merged"
         )
+    if settings.get("runtime"):
+        raise UserError(
+            f"quantize: {model_dir} already holds an int8 {settings.get('runtime').get('backend')} graph; "
+            "quantize the fp32 run"
+        )
+    _check_dest(path, dest, overwrite)
+    return path, metadata
+
+
+def _check_dest(path: str, dest: Path, overwrite: bool) -> None:
     if dest.exists() and not dest.is_dir():
         raise UserError(f"quantize: {dest} is a file; choose a directory")
     if dest.is_dir() and Path(path).resolve() == dest.resolve():
@@ -73,7 +96,6 @@ def check_source(model_dir: str, dest: Path, overwrite: bool) -> tuple[str, dict
         raise UserError(
             f"quantize: {dest} already holds files; choose another destination or pass --overwrite"
         )
-    return path, metadata
 
 
 def quantize_run(
@@ -88,11 +110,43 @@ def quantize_run(
     batch_size: int = 64,
     repeats: int = 3,
     metric: str | None = None,
+    backend: str = "torch",
+    method: str = "dynamic",
+    calibration_file: str | None = None,
+    calibration_samples: int = 256,
+    max_metric_loss: float = 0.01,
 ) -> dict:
     """Write the int8 copy of ``model_dir`` to ``dest``; returns the report (also in ``dest``).
 
     ``eval_flags`` are ``<task> evaluate`` flags for reading ``validation_file`` (columns...).
+    ``backend`` ``onnx`` writes an int8 ONNX graph of the encoder instead (``method`` dynamic or
+    static, the metric guardrail: :mod:`.runtime_int8`); ``torch`` is torch dynamic int8 (:mod:`.int8`).
     """
+    from ..errors import check_choice
+
+    check_choice("backend", backend, ("torch", "onnx", "openvino"))
+    if backend != "torch":
+        from .runtime_int8 import quantize_with_runtime
+
+        return quantize_with_runtime(
+            model_dir,
+            dest,
+            backend=backend,
+            method=method,
+            calibration_file=calibration_file,
+            calibration_samples=calibration_samples,
+            max_metric_loss=max_metric_loss,
+            overwrite=overwrite,
+            validation_file=validation_file,
+            eval_flags=eval_flags,
+            batch_size=batch_size,
+            repeats=repeats,
+            metric=metric,
+        )
+    if method != "dynamic" or calibration_file is not None:
+        raise UserError(
+            "quantize --backend torch is dynamic int8 only (no calibration); for static int8 use --backend onnx"
+        )
     import torch
 
     from ..backbone import load_tokenizer
@@ -112,7 +166,18 @@ def quantize_run(
     for folder in leftovers(dest):  # an interrupted run's temporary folder
         shutil.rmtree(folder, ignore_errors=True)
     path, metadata = check_source(str(model_dir), dest, overwrite)
-    model = EncoderWithHead.from_pretrained(path).cpu()
+    if metadata is None:  # a bare encoder or sentence-transformers folder: an embedding model
+        from .runtime_int8 import _task_and_model
+
+        task_name, model = _task_and_model(path, None)
+        metadata = {"task": task_name}
+        if validation_file is not None:
+            raise UserError(
+                "quantize --backend torch: --validation_file scores saved runs only; for a bare encoder folder "
+                "use --backend onnx, which scores it, or train/save it as an embedding run first"
+            )
+    else:
+        model = EncoderWithHead.from_pretrained(path).cpu()
     names = linear_names(model, heads=heads, skip=skip)
     if not names:
         raise UserError(f"quantize: no linear layer of {model_dir} is left to quantize (--skip {skip!r})")
@@ -192,6 +257,37 @@ def main(argv: list[str]) -> int:
         "--skip", default=None, help="Keep the linear layers whose name matches this regex in fp32."
     )
     parser.add_argument("--overwrite", action="store_true", help="Write into a non-empty destination.")
+    parser.add_argument(
+        "--backend",
+        default="torch",
+        choices=("torch", "onnx", "openvino"),
+        help="torch: torch dynamic int8 layers; onnx: an int8 ONNX graph of the encoder, run by ONNX Runtime "
+        "(docs/quantization.md) (default torch).",
+    )
+    parser.add_argument(
+        "--method",
+        default=None,
+        choices=("dynamic", "static"),
+        help="static: activation ranges calibrated on --calibration_file (onnx only); dynamic: per batch "
+        "(default: static for --backend onnx, dynamic for torch).",
+    )
+    parser.add_argument(
+        "--calibration_file",
+        default=None,
+        help="Inputs to calibrate static int8 on, as serve takes them (JSON lines or a table with the task's "
+        "input fields: text, text_pair, question, context...) (default: the first --calibration_samples "
+        "inputs of --validation_file).",
+    )
+    parser.add_argument(
+        "--calibration_samples", type=int, default=256, help="Validation inputs to calibrate on by default."
+    )
+    parser.add_argument(
+        "--max_metric_loss",
+        type=float,
+        default=0.01,
+        help="Largest relative loss of the task metric on --validation_file: past it, the most sensitive "
+        "encoder layers stay fp32, one at a time (onnx) (default 0.01: 1%%).",
+    )
     args, rest = parser.parse_known_args(argv)
     if rest and args.validation_file is None:
         raise UserError(
@@ -209,5 +305,10 @@ def main(argv: list[str]) -> int:
         batch_size=args.batch_size,
         repeats=args.repeats,
         metric=args.metric,
+        backend=args.backend,
+        method=args.method or ("dynamic" if args.backend == "torch" else "static"),
+        calibration_file=args.calibration_file,
+        calibration_samples=args.calibration_samples,
+        max_metric_loss=args.max_metric_loss,
     )
     return 0

@@ -152,7 +152,7 @@ def _optimize(raw: Path, path: Path, config) -> bool:
 def session_options(threads: int | None = None):
     """ONNX Runtime session options: every graph optimisation, ``threads`` intra-op threads
     (default: the cores this process may use), one inter-op thread (the toolkit runs one batch at
-    a time per model)."""
+    a time per model); idle threads sleep under ``OMP_WAIT_POLICY=PASSIVE``."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -161,6 +161,10 @@ def session_options(threads: int | None = None):
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+        # As torch's OpenMP threads under the toolkit's default (encoder_tasks.runtime): idle threads
+        # sleep rather than spin, so they never hold a core that another thread needs.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
 
