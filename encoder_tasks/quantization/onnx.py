@@ -166,10 +166,11 @@ def quantize_graph(
         nodes["nodes_to_quantize"] = list(include)
     quiet = logging.getLogger()
     level = quiet.level
-    quiet.setLevel(logging.WARNING)  # the quantizer logs every node it skips
+    quiet.setLevel(logging.ERROR)  # the quantizer logs every node it skips
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="encoder-tasks-int8-") as scratch:
             warnings.simplefilter("ignore")
+            fp32_path = _with_shapes(fp32_path, Path(scratch) / "shaped.onnx")
             if method == "dynamic":
                 quantization.quantize_dynamic(
                     str(fp32_path),
@@ -199,6 +200,20 @@ def quantize_graph(
                 )
     finally:
         quiet.setLevel(level)
+    return dest
+
+
+def _with_shapes(path, dest: Path) -> Path:
+    """The graph with every tensor's type and shape inferred, ONNX Runtime's fused operators
+    included (symbolic shape inference knows them; ONNX's own does not): without them the
+    quantizer cannot tell which inputs are fp32 and leaves those nodes unquantized."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    try:
+        quant_pre_process(str(path), str(dest), skip_optimization=True, auto_merge=True)
+    except Exception as exc:  # an operator symbolic inference does not know: quantize as it is
+        logger.info("quantize: shape inference skipped (%s)", str(exc).splitlines()[0] if str(exc) else exc)
+        return Path(path)
     return dest
 
 

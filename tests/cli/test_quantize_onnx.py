@@ -27,6 +27,7 @@ READ_FLAGS = {"pair": STS_COLUMNS}
 @pytest.fixture(autouse=True)
 def graph_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv(runtimes.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "runtime-cache"))
+    monkeypatch.setenv(runtimes.BACKEND_ENV, "auto")  # the default users get (the suite's is torch)
 
 
 def _labels(records):
