@@ -268,8 +268,8 @@ def main(argv: list[str]) -> int:
         "--method",
         default=None,
         choices=("dynamic", "static"),
-        help="static: activation ranges calibrated on --calibration_file (onnx only); dynamic: per batch "
-        "(default: static for --backend onnx, dynamic for torch).",
+        help="dynamic: activations quantized per batch as the model runs (default); static: activation "
+        "ranges calibrated on --calibration_file (onnx only; measured in docs/quantization.md).",
     )
     parser.add_argument(
         "--calibration_file",
@@ -306,7 +306,7 @@ def main(argv: list[str]) -> int:
         repeats=args.repeats,
         metric=args.metric,
         backend=args.backend,
-        method=args.method or ("dynamic" if args.backend == "torch" else "static"),
+        method=args.method or "dynamic",
         calibration_file=args.calibration_file,
         calibration_samples=args.calibration_samples,
         max_metric_loss=args.max_metric_loss,

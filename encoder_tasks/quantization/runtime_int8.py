@@ -121,7 +121,7 @@ def quantize_with_runtime(
     dest: str | Path,
     *,
     backend: str = "onnx",
-    method: str = "static",
+    method: str = "dynamic",
     calibration_file: str | None = None,
     calibration_samples: int = CALIBRATION_SAMPLES,
     max_metric_loss: float = 0.01,

@@ -48,11 +48,15 @@ class ServeOptions:
     request_timeout: float = 30.0
     precision: str = "auto"
     drain_timeout: float = 30.0
+    backend: str = "auto"
 
     def __post_init__(self):
         from ..errors import check_choice
 
         check_choice("precision", self.precision, ("auto", "fp32", "bf16"))
+        from ..runtimes import CHOICES
+
+        check_choice("backend", self.backend, CHOICES)
         if not 0 <= self.port <= 65535:
             raise UserError(f"--port must be between 0 and 65535, found {self.port}")
         for name, least in (

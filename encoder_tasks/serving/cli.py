@@ -106,10 +106,12 @@ def main(argv: list[str]) -> int:
         "request_timeout": "Seconds a request may wait for its answer (then 503).",
         "precision": "auto, fp32 or bf16, as predict's --precision.",
         "drain_timeout": "Seconds SIGTERM waits for requests in flight before exiting.",
+        "backend": "Where the encoder runs: torch, onnx, openvino or auto, as predict's --backend.",
     }
     for option in dataclasses.fields(ServeOptions):
         default = getattr(defaults, option.name)
-        kwargs = {"choices": ("auto", "fp32", "bf16")} if option.name == "precision" else {}
+        choices = {"precision": ("auto", "fp32", "bf16"), "backend": ("auto", "torch", "onnx", "openvino")}
+        kwargs = {"choices": choices[option.name]} if option.name in choices else {}
         parser.add_argument(
             f"--{option.name}",
             type=type(default),

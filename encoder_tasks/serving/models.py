@@ -71,6 +71,8 @@ class ServedModel:
             precision=options.precision,
             batch_size=options.batch_size,
             disable_tqdm=True,  # a server's log is no terminal
+            # auto, unless chosen: left unset so $ENCODER_TASKS_BACKEND applies as it does to predict
+            **({"backend": options.backend} if options.backend != "auto" else {}),
         )
         # A fast tokenizer must not be used by two threads at once (truncation settings live in
         # the Rust object: "Already borrowed"); tokens are counted with a copy, under a lock.

@@ -160,3 +160,26 @@ def test_environment_sets_the_default_backend(task_runs, monkeypatch):
     assert Predictor.load(task_runs["embedding"].model_dir).args.backend == "onnx"
     monkeypatch.setenv(runtimes.BACKEND_ENV, "torch")
     assert Predictor.load(task_runs["embedding"].model_dir).args.backend == "torch"
+
+
+def test_serve_runs_the_encoder_on_the_chosen_backend(task_runs, caplog):
+    import httpx
+
+    from tests.serving import live_server
+
+    run = task_runs["ner"]
+    expected = Predictor.load(run.model_dir, backend="torch", precision="fp32")(run.records)
+    with caplog.at_level("INFO", logger="encoder_tasks.runtimes"), live_server(
+        {"ner": run.model_dir}, backend="onnx", max_wait_ms=0
+    ) as url:
+        answer = httpx.post(f"{url}/v1/models/ner/predict", json={"inputs": run.records}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert "backend onnx: the encoder runs in onnx" in caplog.text
+    assert_close_records(answer.json()["predictions"], expected, TOLERANCE)
+
+
+def test_serve_refuses_an_unknown_backend():
+    from encoder_tasks.serving.app import ServeOptions
+
+    with pytest.raises(UserError, match="--backend must be one of auto, torch, onnx, openvino, found 'gpu'"):
+        ServeOptions(backend="gpu")
