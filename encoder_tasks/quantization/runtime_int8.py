@@ -49,11 +49,13 @@ def _task_and_model(path: str, metadata: dict | None):
 
     if metadata is not None:
         return metadata["task"], EncoderWithHead.from_pretrained(path).cpu().eval()
-    from importlib import import_module
+    from ..registry import TASKS
 
-    # The embedding task's loader of any encoder; imported by name, as the registry lists it.
-    loader = import_module("encoder_tasks.tasks.embedding.model").load_bi_encoder
-    return "embedding", loader(path).cpu().eval()
+    # The embedding task loads any encoder (mean pooling) or sentence-transformers folder.
+    task = TASKS["embedding"]
+    args = task.PredictArguments(model_dir=path, backend="torch", precision="fp32", disable_tqdm=True)
+    model, _ = task.load_for_inference(args, check=False)
+    return "embedding", model.float().cpu().eval()
 
 
 def _evaluate(task_name: str, folder, validation_file: str, flags, batch_size: int):

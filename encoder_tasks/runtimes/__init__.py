@@ -248,7 +248,7 @@ def probe_batches(config, batch_size: int = 16, seed: int = 0) -> list[dict[str,
 
     Example:
         >>> from transformers import BertConfig
-        >>> batches = probe_batches(BertConfig(vocab_size=50, max_position_embeddings=64))
+        >>> batches = probe_batches(BertConfig(vocab_size=50, max_position_embeddings=512))
         >>> [tuple(b["input_ids"].shape) for b in batches]
         [(2, 7), (16, 64)]
     """
