@@ -169,9 +169,10 @@ def test_serve_runs_the_encoder_on_the_chosen_backend(task_runs, caplog):
 
     run = task_runs["ner"]
     expected = Predictor.load(run.model_dir, backend="torch", precision="fp32")(run.records)
-    with caplog.at_level("INFO", logger="encoder_tasks.runtimes"), live_server(
-        {"ner": run.model_dir}, backend="onnx", max_wait_ms=0
-    ) as url:
+    with (
+        caplog.at_level("INFO", logger="encoder_tasks.runtimes"),
+        live_server({"ner": run.model_dir}, backend="onnx", max_wait_ms=0) as url,
+    ):
         answer = httpx.post(f"{url}/v1/models/ner/predict", json={"inputs": run.records}, timeout=60)
     assert answer.status_code == 200, answer.text
     assert "backend onnx: the encoder runs in onnx" in caplog.text
@@ -183,3 +184,10 @@ def test_serve_refuses_an_unknown_backend():
 
     with pytest.raises(UserError, match="--backend must be one of auto, torch, onnx, openvino, found 'gpu'"):
         ServeOptions(backend="gpu")
+
+
+def test_python_api_load_takes_the_backend(task_runs):
+    from encoder_tasks.api import load
+
+    model = load(task_runs["classification"].model_dir, backend="onnx")
+    assert runtimes.describe(model.predictor.model)["backend"] == "onnx"

@@ -159,3 +159,18 @@ def test_an_int8_graph_run_is_not_quantized_again(task_runs, tmp_path):
     quantize_run(task_runs["classification"].model_dir, dest, backend="onnx", method="dynamic")
     with pytest.raises(UserError, match="already holds an int8 onnx graph; quantize the fp32 run"):
         quantize_run(dest, tmp_path / "again", backend="onnx", method="dynamic")
+
+
+def test_every_matrix_product_of_the_graph_is_mapped_to_its_layer(tiny_bert, tmp_path):
+    from encoder_tasks.backbone import load_encoder
+    from encoder_tasks.quantization.onnx import quantizable_nodes
+    from encoder_tasks.runtimes.onnx import export_encoder
+
+    encoder = load_encoder(tiny_bert).eval()
+    nodes = quantizable_nodes(export_encoder(encoder, tmp_path))
+    layers = encoder.config.num_hidden_layers
+    assert sorted(set(nodes.values())) == list(range(layers))
+    for layer in range(layers):  # fused attention + attention output + the two feed-forward products
+        own = sorted(name for name, at in nodes.items() if at == layer)
+        assert len(own) == 4 and f"Attention_{layer}" in own, own
+        assert all(f"layer.{layer}/" in name for name in own if not name.startswith("Attention_"))
