@@ -68,6 +68,8 @@ PACKAGES: dict[str, tuple[str, str]] = {"onnx": ("onnxruntime", "onnx"), "openvi
 #: Largest |runtime - torch| over real tokens allowed by the parity check, relative to
 #: ``1 + max |torch|`` (fp32 graphs differ from torch by ~1e-6 of that; a wrong graph by far more).
 PARITY_TOLERANCE = 1e-3
+#: ``auto`` keeps torch unless a runtime is at least this much faster on the probe batches.
+MIN_GAIN = 1.05
 #: Environment variables: the default backend, and the cache of exported graphs.
 BACKEND_ENV = "ENCODER_TASKS_BACKEND"
 CACHE_ENV = "ENCODER_TASKS_CACHE"
@@ -200,10 +202,11 @@ def weights_key(encoder: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def exported(backend: str, encoder: nn.Module) -> Path:
-    """The graph of ``encoder`` for ``backend``, from the cache or exported into it now."""
+def exported(backend: str, encoder: nn.Module, key: str | None = None) -> Path:
+    """The graph of ``encoder`` for ``backend``, from the cache or exported into it now (``key``:
+    :func:`weights_key` of ``encoder``, when already known)."""
     module = runtime_module(backend)
-    folder = cache_dir() / backend / f"{weights_key(encoder)}-{getattr(module, 'GRAPH_VERSION', 1)}"
+    folder = cache_dir() / backend / f"{key or weights_key(encoder)}-{getattr(module, 'GRAPH_VERSION', 1)}"
     done = folder / "done"
     if done.is_file():
         return folder / done.read_text(encoding="utf-8").strip()
@@ -250,14 +253,14 @@ def probe_batches(config, batch_size: int = 16, seed: int = 0) -> list[dict[str,
         >>> from transformers import BertConfig
         >>> batches = probe_batches(BertConfig(vocab_size=50, max_position_embeddings=512))
         >>> [tuple(b["input_ids"].shape) for b in batches]
-        [(2, 7), (16, 64)]
+        [(2, 7), (16, 48)]
     """
     generator = torch.Generator().manual_seed(seed)
     vocab = int(getattr(config, "vocab_size", 100) or 100)
     limit = int(getattr(config, "max_position_embeddings", 512) or 512)
     low = min(5, vocab - 1)  # past the special tokens of most vocabularies
     batches = []
-    for rows, length in ((2, 7), (batch_size, min(64, max(8, limit - 2)))):
+    for rows, length in ((2, 7), (batch_size, min(48, max(8, limit - 2)))):
         ids = torch.randint(low, vocab, (rows, length), generator=generator)
         lengths = torch.randint(max(2, length // 3), length + 1, (rows,), generator=generator)
         lengths[0] = length
@@ -295,18 +298,24 @@ def parity(reference: nn.Module, runtime: nn.Module, batches) -> dict[str, float
 
 
 @torch.inference_mode()
-def seconds_per_pass(encoder: nn.Module, batches, context=contextlib.nullcontext, repeats: int = 3) -> float:
-    """The median seconds of one pass of ``encoder`` over ``batches`` (after one warm-up pass)."""
-    inputs = [_encoder_inputs(encoder, batch) for batch in batches]
-    times = []
-    for index in range(repeats + 1):
-        start = time.perf_counter()
-        with context():
-            for batch in inputs:
-                encoder(**batch, return_dict=True)
-        if index:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def timed_rounds(encoders: dict[str, tuple[nn.Module, Any]], batches, rounds: int = 5) -> dict[str, float]:
+    """``{name: median seconds of one pass over batches}``, for ``encoders`` (``name -> (encoder,
+    context factory)``) timed in interleaved rounds (each round runs every encoder once, after one
+    warm-up pass each), so a load spike on a shared machine hits every contender alike."""
+    inputs = {
+        name: [_encoder_inputs(encoder, batch) for batch in batches]
+        for name, (encoder, _) in encoders.items()
+    }
+    times: dict[str, list[float]] = {name: [] for name in encoders}
+    for index in range(rounds + 1):
+        for name, (encoder, context) in encoders.items():
+            start = time.perf_counter()
+            with context():
+                for batch in inputs[name]:
+                    encoder(**batch, return_dict=True)
+            if index:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(found) for name, found in times.items()}
 
 
 # ---- choosing and swapping -----------------------------------------------------------------------
@@ -363,15 +372,21 @@ def apply_backend(
             f"in torch only; quantize the fp32 run with --backend {backend}, or use --backend torch"
         )
     reference = model.encoder.eval()
-    batches = probe_batches(reference.config, batch_size=max(2, min(batch_size, 32)))
+    batches = probe_batches(reference.config, batch_size=max(2, min(batch_size, 64)))
     wanted = [backend] if backend != "auto" else [b for b in BACKENDS if b != "torch" and installed(b)]
     if backend == "auto" and not wanted:
         logger.info("backend auto: torch (no runtime installed: pip install 'encoder-tasks[onnx]')")
         return "torch"
+    key = weights_key(reference)
+    decision = _decision_file(key, wanted, threads, batches, precision) if backend == "auto" else None
+    if decision is not None and decision.is_file():
+        chosen = _apply_decision(model, reference, decision, wanted, key, threads)
+        if chosen is not None:
+            return chosen
     checked: dict[str, tuple[EncoderRuntime, dict]] = {}
     for name in wanted:
         try:
-            candidate = load_runtime(name, exported(name, reference), reference.config, threads)
+            candidate = load_runtime(name, exported(name, reference, key), reference.config, threads)
             checked[name] = (candidate, parity(reference, candidate, batches))
         except UserError:
             raise
@@ -396,10 +411,64 @@ def apply_backend(
             check["max_abs_diff"],
         )
         return backend
-    return _choose(model, reference, checked, batches, precision)
+    return _choose(model, reference, checked, batches, precision, decision)
 
 
-def _choose(model, reference, checked, batches, precision: str) -> str:
+def _decision_file(key: str, wanted, threads, batches, precision: str) -> Path:
+    """Where ``auto`` keeps what it measured for this encoder on this machine: keyed by the weights,
+    the runtimes and their versions, the CPU's flags, the threads, the probe and the precision."""
+    from importlib import metadata
+
+    digest = hashlib.blake2b(digest_size=12)
+    for name in wanted:
+        package = PACKAGES.get(name, (name, name))[0]
+        try:
+            version = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            version = "?"
+        digest.update(f"{name}:{RUNTIMES.get(name)}:{version};".encode())
+    digest.update(f"torch:{torch.__version__};{threads};{torch.get_num_threads()};{precision};".encode())
+    digest.update(str([tuple(b["input_ids"].shape) for b in batches]).encode())
+    digest.update(_cpu_flags().encode())
+    return cache_dir() / "auto" / f"{key}-{digest.hexdigest()}.json"
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def _apply_decision(model, reference, decision: Path, wanted, key: str, threads) -> str | None:
+    """``auto`` on an encoder it measured before on this machine: the backend it chose then
+    (``None``: the record is unusable, measure again)."""
+    import json
+
+    try:
+        found = json.loads(decision.read_text(encoding="utf-8"))
+        best = found["backend"]
+    except (OSError, ValueError, KeyError):  # a damaged record: measure again
+        return None
+    if best != "torch":
+        if best not in wanted:
+            return None
+        swap_encoder(model, load_runtime(best, exported(best, reference, key), reference.config, threads))
+    logger.info(
+        "backend auto: %s (measured before on this machine: %s; delete %s to measure again)",
+        best,
+        found.get("reason", ""),
+        decision,
+    )
+    return best
+
+
+def _choose(model, reference, checked, batches, precision: str, decision: Path | None = None) -> str:
     """``auto``: time torch and every runtime that passed its check; swap in the fastest."""
     from ..predict import autocast_for
 
@@ -412,16 +481,27 @@ def _choose(model, reference, checked, batches, precision: str) -> str:
             check["allowed"],
         )
     device = next(model.parameters()).device
-    times = {"torch": seconds_per_pass(reference, batches, lambda: autocast_for(device, precision))}
+    contenders = {"torch": (reference, lambda: autocast_for(device, precision))}
     for name, (candidate, check) in checked.items():
         if check["passed"]:
-            times[name] = seconds_per_pass(candidate, batches)
-    best = min(times, key=times.get)
+            contenders[name] = (candidate, contextlib.nullcontext)
+    times = timed_rounds(contenders, batches)
+    fastest = min(times, key=times.get)
+    # torch is the reference: a runtime replaces it only when clearly faster, not within the noise
+    best = fastest if times["torch"] >= MIN_GAIN * times[fastest] else "torch"
     speeds = ", ".join(f"{name} {times['torch'] / t:.2f}x" for name, t in times.items())
     skipped = f"; failed parity: {', '.join(failed)}" if failed else ""
-    logger.info(
-        "backend auto: %s (the fastest on probe batches, speed vs torch: %s%s)", best, speeds, skipped
-    )
+    why = "the fastest" if best == fastest else f"no runtime {MIN_GAIN:.2f}x faster"
+    reason = f"{why} on probe batches, speed vs torch: {speeds}{skipped}"
+    logger.info("backend auto: %s (%s)", best, reason)
+    if decision is not None:
+        import json
+
+        decision.parent.mkdir(parents=True, exist_ok=True)
+        record = {"backend": best, "reason": reason, "seconds": times, "failed_parity": sorted(failed)}
+        staging = decision.with_suffix(f".{os.getpid()}.tmp")
+        staging.write_text(json.dumps(record, indent=2), encoding="utf-8")
+        staging.replace(decision)
     if best != "torch":
         swap_encoder(model, checked[best][0])
     return best

@@ -191,3 +191,16 @@ def test_python_api_load_takes_the_backend(task_runs):
 
     model = load(task_runs["classification"].model_dir, backend="onnx")
     assert runtimes.describe(model.predictor.model)["backend"] == "onnx"
+
+
+def test_auto_reuses_what_it_measured_for_the_same_encoder(task_runs, graph_cache, caplog):
+    run = task_runs["qa"]
+    with caplog.at_level("INFO", logger="encoder_tasks.runtimes"):
+        first = Predictor.load(run.model_dir, backend="auto").args.backend
+        caplog.clear()
+        second = Predictor.load(run.model_dir, backend="auto")
+    assert second.args.backend == first
+    assert "measured before on this machine" in caplog.text
+    assert "exported the encoder" not in caplog.text
+    expected = Predictor.load(run.model_dir, backend="torch", precision="fp32")(run.records)
+    assert_close_records(second(run.records), expected, TOLERANCE)
