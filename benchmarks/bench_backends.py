@@ -106,6 +106,31 @@ def quantized(model: str, work: Path, method: str, calibration: Path) -> Path:
     return dest
 
 
+def tables(rows: list[dict]) -> dict:
+    """The docs' tables (benchmarks/tables.py): every contender, and the int8 rows beside torch fp32."""
+
+    def runs_as(row: dict) -> str:
+        backend = row["backend"]
+        return f"{backend['backend']} {backend.get('precision', row['precision'])}"
+
+    def cells(row: dict, full: bool) -> list[str]:
+        found = [row["contender"]] + ([runs_as(row)] if full else [])
+        return found + [
+            f"{row['sentences_per_second']:.1f}",
+            f"{row['x_torch_fp32']:.2f}x",
+            f"{row['stsb_test_spearman']:.4f}",
+            f"{row['cosine_vs_torch_fp32_mean']:.4f} / {row['cosine_vs_torch_fp32_min']:.4f}",
+        ]
+
+    head = "contender (1,999 STS-B test sentences, batch 64)"
+    rest = ["sentences/s", "x torch fp32", "STS-B test Spearman", "cosine to torch fp32, mean / min"]
+    int8 = [r for r in rows if r["contender"] == "torch fp32" or r["contender"].startswith("onnx int8")]
+    return {
+        "backends": {"columns": [head, "runs as", *rest], "rows": [cells(r, True) for r in rows]},
+        "backends-int8": {"columns": [head, *rest], "rows": [cells(r, False) for r in int8]},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench-backends"))
@@ -216,6 +241,7 @@ def main() -> None:
             "note": "measured on a shared machine (other jobs running: see the load averages); each round runs "
             "every contender once in rotated order and the median is kept, so load spikes hit all alike",
             "rows": table,
+            "tables": tables(table),
         },
     )
     print(f"saved {path}")
