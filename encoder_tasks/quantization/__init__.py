@@ -16,6 +16,10 @@ beside the fp32 parameters that were not quantized. ``<task> predict``, ``<task>
 :meth:`encoder_tasks.inference.Predictor.load` and ``serve`` load it unchanged; it runs on the
 CPU, in fp32 around its int8 layers (``--precision auto`` means fp32 for it).
 
+``--backend onnx`` writes an int8 ONNX graph of the encoder instead (``--method dynamic|static``,
+``--calibration_file``, the ``--max_metric_loss`` guardrail: :mod:`.runtime_int8`); a bare encoder
+or sentence-transformers folder is accepted as an embedding model by either backend.
+
 With ``--validation_file`` (plus the task's flags for reading it, as ``<task> evaluate``
 takes them), both models are scored by the task's own evaluate path and timed on the file's
 inputs (:mod:`.report`); ``DEST/quantization_report.json`` holds the metric before and after,
