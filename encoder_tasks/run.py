@@ -273,6 +273,12 @@ def evaluate(task_name: str, model_args, data_args, task_args, training_args) ->
     if model.settings is not None and model.settings.get("quantization"):
         # An int8 model computes in fp32 around its int8 products, as predict runs it.
         training_args.bf16 = training_args.fp16 = False
+    if model.settings is not None and model.settings.get("runtime"):
+        # A graph written by `quantize --backend onnx`: evaluate scores that graph, as predict runs it.
+        from .runtimes import apply_backend
+
+        apply_backend(model, "auto", runtime=model.settings.get("runtime"), where=model_dir)
+        training_args.bf16 = training_args.fp16 = False
     tokenizer = load_tokenizer(model_dir)
     splits = load_task_splits(task, data_args, task_args, ("validation",), training_args.seed)
     splits.pop("train", None)

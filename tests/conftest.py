@@ -22,6 +22,9 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# Models load on torch unless a test asks for a backend (tests/cli/test_backends.py): ``auto``
+# would export and time every tiny model the suite loads; exported graphs never go to ~/.cache.
+os.environ.setdefault("ENCODER_TASKS_BACKEND", "torch")
 
 from pathlib import Path  # noqa: E402
 

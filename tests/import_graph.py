@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "model and engines",
         (
-            "backbone", "heads", "config", "parsing", "training_args", "trainer", "sampling", "predict",
+            "backbone", "heads", "config", "parsing", "training_args", "trainer", "sampling", "predict", "precision",
             "runtimes", "export", "quantization", "distillation", "reporting.plots",
             "reporting.run_report",
         ),
@@ -50,6 +50,7 @@ DYNAMIC_IMPORTS = {
     "encoder_tasks.cli": "the commands of TOOLS, all in the application layer",
     "encoder_tasks.export": "its own submodules (_LAZY), imported when first used",
     "encoder_tasks.heads": "the head class a saved model's encoder_tasks.json names; only an EncoderWithHead is accepted",
+    "encoder_tasks.runtimes": "its own backend modules (RUNTIMES), imported when a backend is asked for",
 }
 
 

@@ -16,9 +16,13 @@ beside the fp32 parameters that were not quantized. ``<task> predict``, ``<task>
 :meth:`encoder_tasks.inference.Predictor.load` and ``serve`` load it unchanged; it runs on the
 CPU, in fp32 around its int8 layers (``--precision auto`` means fp32 for it).
 
+``--backend onnx`` writes an int8 ONNX graph of the encoder instead (``--method dynamic|static``,
+``--calibration_file``, the ``--max_metric_loss`` guardrail: :mod:`encoder_tasks.commands.quantize_runtime`); a bare encoder
+or sentence-transformers folder is accepted as an embedding model by either backend.
+
 With ``--validation_file`` (plus the task's flags for reading it, as ``<task> evaluate``
 takes them), both models are scored by the task's own evaluate path and timed on the file's
-inputs (:mod:`.report`); ``DEST/quantization_report.json`` holds the metric before and after,
+inputs (:mod:`.quantize_report`); ``DEST/quantization_report.json`` holds the metric before and after,
 the speed of both and the sizes on disk. Without it, only the sizes. Everything is written to
 a temporary folder inside ``DEST`` and moved in once it succeeded
 (:func:`encoder_tasks.export.staging.staged`).
@@ -39,43 +43,13 @@ from ..artifact import WEIGHTS_FILE
 from ..backbone import load_tokenizer
 from ..config import ArgumentParser
 from ..data.writers import write_json
-from ..errors import UserError
+from ..errors import UserError, check_choice
 from ..export.staging import leftovers, staged
 from ..quantization.int8 import METHOD, linear_names, packing_engine, quantize_linears
-from ..saved import open_saved
+from .quantize_checks import REPORT_FILE, check_source
 from .quantize_report import describe_sizes, evaluate_and_time, log_report, write_readme
 
 logger = logging.getLogger(__name__)
-
-REPORT_FILE = "quantization_report.json"
-
-
-def check_source(model_dir: str, dest: Path, overwrite: bool) -> tuple[str, dict]:
-    """``(resolved model_dir, its saved metadata)``; refuses what cannot be quantized, before loading."""
-    try:
-        opened = open_saved(model_dir, plain_encoders=False)
-    except UserError as error:
-        raise UserError(f"quantize: {error}") from None
-    path, metadata, settings = opened.path, opened.metadata, opened.settings
-    if settings.get("quantization"):
-        source = settings.get("quantization").get("source")
-        raise UserError(
-            f"quantize: {model_dir} is already an int8 model (from {source}); quantize the fp32 run"
-        )
-    if settings.lora:
-        raise UserError(
-            f"quantize: {model_dir} holds unmerged LoRA adapters (a checkpoint of a --lora_r run); "
-            "quantize the finished run, whose adapters are merged"
-        )
-    if dest.exists() and not dest.is_dir():
-        raise UserError(f"quantize: {dest} is a file; choose a directory")
-    if dest.is_dir() and Path(path).resolve() == dest.resolve():
-        raise UserError("quantize: the destination must differ from the model directory")
-    if dest.is_dir() and any(dest.iterdir()) and not overwrite:
-        raise UserError(
-            f"quantize: {dest} already holds files; choose another destination or pass --overwrite"
-        )
-    return path, metadata
 
 
 def quantize_run(
@@ -90,11 +64,41 @@ def quantize_run(
     batch_size: int = 64,
     repeats: int = 3,
     metric: str | None = None,
+    backend: str = "torch",
+    method: str = "dynamic",
+    calibration_file: str | None = None,
+    calibration_samples: int = 256,
+    max_metric_loss: float = 0.01,
 ) -> dict:
     """Write the int8 copy of ``model_dir`` to ``dest``; returns the report (also in ``dest``).
 
     ``eval_flags`` are ``<task> evaluate`` flags for reading ``validation_file`` (columns...).
+    ``backend`` ``onnx`` writes an int8 ONNX graph of the encoder instead (``method`` dynamic or
+    static, the metric guardrail: :mod:`encoder_tasks.commands.quantize_runtime`); ``torch`` is torch dynamic int8 (:mod:`.int8`).
     """
+    check_choice("backend", backend, ("torch", "onnx", "openvino"))
+    if backend != "torch":
+        from .quantize_runtime import quantize_with_runtime
+
+        return quantize_with_runtime(
+            model_dir,
+            dest,
+            backend=backend,
+            method=method,
+            calibration_file=calibration_file,
+            calibration_samples=calibration_samples,
+            max_metric_loss=max_metric_loss,
+            overwrite=overwrite,
+            validation_file=validation_file,
+            eval_flags=eval_flags,
+            batch_size=batch_size,
+            repeats=repeats,
+            metric=metric,
+        )
+    if method != "dynamic" or calibration_file is not None:
+        raise UserError(
+            "quantize --backend torch is dynamic int8 only (no calibration); for static int8 use --backend onnx"
+        )
     import torch
 
     from ..heads import EncoderWithHead  # torch loads when a quantization runs
@@ -109,7 +113,18 @@ def quantize_run(
     for folder in leftovers(dest):  # an interrupted run's temporary folder
         shutil.rmtree(folder, ignore_errors=True)
     path, metadata = check_source(str(model_dir), dest, overwrite)
-    model = EncoderWithHead.from_pretrained(path).cpu()
+    if metadata is None:  # a bare encoder or sentence-transformers folder: an embedding model
+        from .quantize_runtime import _task_and_model
+
+        task_name, model = _task_and_model(path, None)
+        metadata = {"task": task_name}
+        if validation_file is not None:
+            raise UserError(
+                "quantize --backend torch: --validation_file scores saved runs only; for a bare encoder folder "
+                "use --backend onnx, which scores it, or train/save it as an embedding run first"
+            )
+    else:
+        model = EncoderWithHead.from_pretrained(path).cpu()
     names = linear_names(model, heads=heads, skip=skip)
     if not names:
         raise UserError(f"quantize: no linear layer of {model_dir} is left to quantize (--skip {skip!r})")
@@ -187,6 +202,37 @@ def main(argv: list[str]) -> int:
         "--skip", default=None, help="Keep the linear layers whose name matches this regex in fp32."
     )
     parser.add_argument("--overwrite", action="store_true", help="Write into a non-empty destination.")
+    parser.add_argument(
+        "--backend",
+        default="torch",
+        choices=("torch", "onnx", "openvino"),
+        help="torch: torch dynamic int8 layers; onnx: an int8 ONNX graph of the encoder, run by ONNX Runtime "
+        "(docs/quantization.md) (default torch).",
+    )
+    parser.add_argument(
+        "--method",
+        default=None,
+        choices=("dynamic", "static"),
+        help="dynamic: activations quantized per batch as the model runs (default); static: activation "
+        "ranges calibrated on --calibration_file (onnx only; measured in docs/quantization.md).",
+    )
+    parser.add_argument(
+        "--calibration_file",
+        default=None,
+        help="Inputs to calibrate static int8 on, as serve takes them (JSON lines or a table with the task's "
+        "input fields: text, text_pair, question, context...) (default: the first --calibration_samples "
+        "inputs of --validation_file).",
+    )
+    parser.add_argument(
+        "--calibration_samples", type=int, default=256, help="Validation inputs to calibrate on by default."
+    )
+    parser.add_argument(
+        "--max_metric_loss",
+        type=float,
+        default=0.01,
+        help="Largest relative loss of the task metric on --validation_file: past it, the most sensitive "
+        "encoder layers stay fp32, one at a time (onnx) (default 0.01: 1%%).",
+    )
     args, rest = parser.parse_known_args(argv)
     if rest and args.validation_file is None:
         raise UserError(
@@ -204,5 +250,10 @@ def main(argv: list[str]) -> int:
         batch_size=args.batch_size,
         repeats=args.repeats,
         metric=args.metric,
+        backend=args.backend,
+        method=args.method or "dynamic",
+        calibration_file=args.calibration_file,
+        calibration_samples=args.calibration_samples,
+        max_metric_loss=args.max_metric_loss,
     )
     return 0

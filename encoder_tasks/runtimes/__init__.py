@@ -1,2 +1,542 @@
-"""Inference backends that stand in for the torch encoder (placeholder of the OpenVINO branch:
-the backends branch owns this file; take its version when merging)."""
+"""Inference backends: the model's encoder runs in ONNX Runtime or OpenVINO instead of torch.
+
+A backend replaces only ``model.encoder``: an :class:`EncoderRuntime` takes the encoder's inputs and
+returns its last hidden states as an fp32 torch tensor, and keeps the encoder's ``config``. Every
+task's head, tokenisation, windows and post-processing (NER's CRF decoding over words, QA spans,
+MLM top-k, pooling) stay the toolkit's own torch code around it, so a record differs from torch's
+only by what the encoder's numbers differ (checked by :func:`parity`).
+
+``--backend`` (every ``predict``, ``encode``, ``retrieve``, ``evaluate`` through predict's loading,
+``serve``, the Python API's ``load``, the Ray engine) takes
+
+- ``torch``: the encoder as it is;
+- ``onnx``: the encoder exported to ONNX and optimised by ONNX Runtime's transformer optimiser
+  (fused attention, LayerNorm, GELU: :mod:`.onnx`), in an ``InferenceSession``;
+- ``openvino``: the same graph compiled by OpenVINO (:mod:`.openvino`);
+- ``auto``: the fastest installed backend that passed its parity check against torch on a few probe
+  batches, timed on the same batches (:func:`apply_backend` logs which and why); never one that
+  failed its check; on a GPU (or any device other than the CPU) torch.
+
+Exported graphs are cached under :func:`cache_dir`, keyed by a hash of the encoder's weights, so a
+second load of the same model skips the export. A run directory written by ``encoder-tasks quantize
+--backend onnx`` records its own graph (settings key ``runtime``): it loads as that graph with no
+flag.
+
+Example:
+    >>> check_backend("onnx")
+    'onnx'
+    >>> check_backend("tensorrt")
+    Traceback (most recent call last):
+    ...
+    encoder_tasks.errors.UserError: --backend must be one of auto, torch, onnx, openvino, found 'tensorrt'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import logging
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import UserError, check_choice
+
+logger = logging.getLogger(__name__)
+
+#: Where the encoder can run. ``auto`` chooses among them (:func:`apply_backend`).
+BACKENDS = ("torch", "onnx", "openvino")
+CHOICES = ("auto", *BACKENDS)
+
+#: backend -> the module that exports and loads it (two functions: ``export_encoder(encoder,
+#: dest_dir) -> Path`` and ``load(path, config, threads=None) -> EncoderRuntime``), imported lazily.
+RUNTIMES: dict[str, str] = {
+    "onnx": "encoder_tasks.runtimes.onnx",
+    "openvino": "encoder_tasks.runtimes.openvino",
+}
+#: backend -> (the package it imports, the extra that installs it).
+PACKAGES: dict[str, tuple[str, str]] = {"onnx": ("onnxruntime", "onnx"), "openvino": ("openvino", "openvino")}
+
+#: Largest |runtime - torch| over real tokens allowed by the parity check, relative to
+#: ``1 + max |torch|`` (fp32 graphs differ from torch by ~1e-6 of that; a wrong graph by far more).
+PARITY_TOLERANCE = 1e-3
+#: ``auto`` keeps torch unless a runtime is at least this much faster on the probe batches.
+MIN_GAIN = 1.05
+#: Environment variables: the default backend, and the cache of exported graphs.
+BACKEND_ENV = "ENCODER_TASKS_BACKEND"
+CACHE_ENV = "ENCODER_TASKS_CACHE"
+
+
+def default_backend() -> str:
+    """``$ENCODER_TASKS_BACKEND``, else ``auto`` (measured: docs/speed.md, "Backends")."""
+    return os.environ.get(BACKEND_ENV) or "auto"
+
+
+def check_backend(backend: str) -> str:
+    """``backend`` if it is one of :data:`CHOICES`, else a :class:`~encoder_tasks.errors.UserError`."""
+    check_choice("backend", backend, CHOICES)
+    return backend
+
+
+class EncoderRuntime(nn.Module):
+    """Stands in for ``model.encoder``: the same inputs, a ``BaseModelOutput`` with fp32
+    ``last_hidden_state``, the encoder's ``config``; the compute runs in :meth:`run`.
+
+    Subclasses set :attr:`backend` and implement :meth:`run` (numpy int64 inputs in, float32
+    ``[batch, sequence, hidden]`` out). :attr:`input_names` are the graph's inputs (an exporter drops
+    ``token_type_ids`` where the encoder never reads them). A zero-size parameter keeps
+    ``model.device`` (the first parameter's device) answering ``cpu`` for heads without weights
+    (embedding).
+
+    Example:
+        >>> from transformers import BertConfig
+        >>> class Zeros(EncoderRuntime):
+        ...     backend = "zeros"
+        ...     def run(self, feeds):
+        ...         return np.zeros((*feeds["input_ids"].shape, 4), dtype=np.float32)
+        >>> out = Zeros(BertConfig(hidden_size=4), ("input_ids", "attention_mask"))(torch.ones(2, 3, dtype=torch.long))
+        >>> tuple(out.last_hidden_state.shape), out.last_hidden_state.dtype
+        ((2, 3, 4), torch.float32)
+    """
+
+    backend = ""
+
+    def __init__(self, config, input_names, path: str | os.PathLike | None = None, precision: str = "fp32"):
+        super().__init__()
+        self.config = config
+        self.input_names = tuple(input_names)
+        self.path = Path(path) if path is not None else None
+        #: ``fp32`` or ``int8`` (a graph written by ``encoder-tasks quantize``).
+        self.precision = precision
+        self._device_anchor = nn.Parameter(torch.zeros(0), requires_grad=False)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        raise NotImplementedError
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, return_dict=True, **ignored):
+        from transformers.modeling_outputs import BaseModelOutput
+
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        feeds = {
+            name: given[name].detach().cpu().numpy().astype(np.int64, copy=False) for name in self.input_names
+        }
+        hidden = torch.from_numpy(np.ascontiguousarray(self.run(feeds), dtype=np.float32))
+        return BaseModelOutput(last_hidden_state=hidden)
+
+    def extra_repr(self) -> str:
+        return f"backend={self.backend}, precision={self.precision}, path={self.path}"
+
+
+# ---- installation, export cache ------------------------------------------------------------------
+def installed(backend: str) -> bool:
+    """Whether ``backend`` can run here (torch always can)."""
+    if backend == "torch":
+        return True
+    package = PACKAGES.get(backend, (backend, backend))[0]
+    return (
+        importlib.util.find_spec(package) is not None
+        and importlib.util.find_spec(RUNTIMES[backend]) is not None
+    )
+
+
+def runtime_module(backend: str):
+    """The module that exports and loads ``backend``; a clear error when it cannot run here."""
+    check_backend(backend)
+    if backend == "torch":
+        raise ValueError("torch is no runtime module: the encoder runs as it is")
+    package, extra = PACKAGES[backend]
+    if importlib.util.find_spec(package) is None:
+        raise UserError(
+            f"--backend {backend} needs the {package} package, which is not installed: "
+            f"pip install 'encoder-tasks[{extra}]'"
+        )
+    try:
+        return importlib.import_module(RUNTIMES[backend])
+    except ModuleNotFoundError as exc:
+        if exc.name == RUNTIMES[backend]:
+            raise UserError(
+                f"--backend {backend}: this version of encoder-tasks has no {backend} backend"
+            ) from exc
+        raise
+
+
+def cache_dir() -> Path:
+    """Where exported graphs are kept: ``$ENCODER_TASKS_CACHE``, else
+    ``$XDG_CACHE_HOME/encoder_tasks/runtimes`` (``~/.cache`` without it)."""
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen:
+        return Path(chosen).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "encoder_tasks" / "runtimes"
+
+
+def weights_key(encoder: nn.Module) -> str:
+    """A hash of the encoder's weights and config: two encoders with one key export the same graph.
+
+    Example:
+        >>> a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+        >>> a.config = b.config = None
+        >>> weights_key(a) == weights_key(a), weights_key(a) == weights_key(b)
+        (True, False)
+    """
+    digest = hashlib.blake2b(digest_size=16)
+    config = getattr(encoder, "config", None)
+    if config is not None:
+        digest.update(config.to_json_string(use_diff=False).encode())
+    for name, tensor in sorted(encoder.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(str(tensor.dtype).encode())
+        digest.update(tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def exported(backend: str, encoder: nn.Module, key: str | None = None) -> Path:
+    """The graph of ``encoder`` for ``backend``, from the cache or exported into it now (``key``:
+    :func:`weights_key` of ``encoder``, when already known)."""
+    module = runtime_module(backend)
+    folder = cache_dir() / backend / f"{key or weights_key(encoder)}-{getattr(module, 'GRAPH_VERSION', 1)}"
+    done = folder / "done"
+    if done.is_file():
+        return folder / done.read_text(encoding="utf-8").strip()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile
+
+    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=folder.parent))
+    started = time.perf_counter()
+    try:
+        path = module.export_encoder(encoder, staging)
+        (staging / "done").write_text(path.name, encoding="utf-8")
+        try:
+            staging.rename(folder)  # atomic: a reader sees no graph or a whole one
+        except OSError:  # another process exported the same graph meanwhile: keep its copy
+            pass
+    finally:
+        if staging.exists():
+            import shutil
+
+            shutil.rmtree(staging, ignore_errors=True)
+    logger.info(
+        "backend %s: exported the encoder in %.1f s (cached in %s)",
+        backend,
+        time.perf_counter() - started,
+        folder,
+    )
+    return folder / (folder / "done").read_text(encoding="utf-8").strip()
+
+
+def load_runtime(
+    backend: str, path: str | os.PathLike, config, threads: int | None = None, precision: str = "fp32"
+):
+    """``backend``'s :class:`EncoderRuntime` for the graph at ``path``."""
+    runtime = runtime_module(backend).load(Path(path), config, threads)
+    runtime.precision = precision
+    return runtime
+
+
+# ---- parity and timing on probe inputs -----------------------------------------------------------
+def probe_batches(config, batch_size: int = 16, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """A few batches of random token ids with padding of various lengths (parity and timing).
+
+    Example:
+        >>> from transformers import BertConfig
+        >>> batches = probe_batches(BertConfig(vocab_size=50, max_position_embeddings=512))
+        >>> [tuple(b["input_ids"].shape) for b in batches]
+        [(2, 7), (16, 48)]
+    """
+    generator = torch.Generator().manual_seed(seed)
+    vocab = int(getattr(config, "vocab_size", 100) or 100)
+    limit = int(getattr(config, "max_position_embeddings", 512) or 512)
+    low = min(5, vocab - 1)  # past the special tokens of most vocabularies
+    batches = []
+    for rows, length in ((2, 7), (batch_size, min(48, max(8, limit - 2)))):
+        ids = torch.randint(low, vocab, (rows, length), generator=generator)
+        lengths = torch.randint(max(2, length // 3), length + 1, (rows,), generator=generator)
+        lengths[0] = length
+        mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
+        pad = getattr(config, "pad_token_id", None) or 0
+        ids = ids.masked_fill(mask == 0, pad)
+        batches.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)})
+    return batches
+
+
+def _encoder_inputs(encoder, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    import inspect
+
+    accepted = set(inspect.signature(encoder.forward).parameters)
+    return {k: v for k, v in batch.items() if k in accepted}
+
+
+@torch.inference_mode()
+def parity(reference: nn.Module, runtime: nn.Module, batches) -> dict[str, float]:
+    """``{"max_abs_diff", "scale", "allowed", "passed"}``: ``runtime``'s hidden states against
+    ``reference``'s (the torch encoder, fp32) over the real tokens of ``batches``."""
+    diff = scale = 0.0
+    for batch in batches:
+        inputs = _encoder_inputs(reference, batch)
+        want = reference(**inputs, return_dict=True).last_hidden_state.float()
+        got = runtime(**batch, return_dict=True).last_hidden_state.float()
+        real = batch["attention_mask"].bool()
+        if got.shape != want.shape:
+            return {"max_abs_diff": float("inf"), "scale": 0.0, "allowed": 0.0, "passed": False}
+        diff = max(diff, float((got[real] - want[real]).abs().max()))
+        scale = max(scale, float(want[real].abs().max()))
+    allowed = PARITY_TOLERANCE * (1.0 + scale)
+    passed = bool(np.isfinite(diff) and diff <= allowed)
+    return {"max_abs_diff": diff, "scale": scale, "allowed": allowed, "passed": passed}
+
+
+@torch.inference_mode()
+def timed_rounds(encoders: dict[str, tuple[nn.Module, Any]], batches, rounds: int = 5) -> dict[str, float]:
+    """``{name: median seconds of one pass over batches}``, for ``encoders`` (``name -> (encoder,
+    context factory)``) timed in interleaved rounds (each round runs every encoder once, after one
+    warm-up pass each), so a load spike on a shared machine hits every contender alike."""
+    inputs = {
+        name: [_encoder_inputs(encoder, batch) for batch in batches]
+        for name, (encoder, _) in encoders.items()
+    }
+    times: dict[str, list[float]] = {name: [] for name in encoders}
+    for index in range(rounds + 1):
+        for name, (encoder, context) in encoders.items():
+            start = time.perf_counter()
+            with context():
+                for batch in inputs[name]:
+                    encoder(**batch, return_dict=True)
+            if index:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(found) for name, found in times.items()}
+
+
+# ---- choosing and swapping -----------------------------------------------------------------------
+def swap_encoder(model: nn.Module, runtime: EncoderRuntime) -> None:
+    """Put ``runtime`` in place of ``model.encoder`` (the torch encoder's memory is freed)."""
+    model.encoder = runtime
+    if hasattr(model, "padding_free"):
+        model.padding_free = False  # the graph takes padded batches
+    model.cpu()
+
+
+def apply_backend(
+    model: nn.Module,
+    backend: str = "auto",
+    *,
+    threads: int | None = None,
+    precision: str = "auto",
+    batch_size: int = 16,
+    runtime: dict | None = None,
+    where: str | None = None,
+) -> str:
+    """Run ``model``'s encoder on ``backend``; returns the backend chosen (``torch`` when nothing
+    changed). ``model`` is a task model (:class:`~encoder_tasks.heads.EncoderWithHead`) in eval mode.
+
+    ``runtime`` is the record of a graph saved in the model's directory (``encoder-tasks quantize
+    --backend onnx``: ``{"backend", "file", "precision", ...}``) and ``where`` that directory: with
+    ``auto`` (or its own backend) that graph is loaded as it is; another explicit backend runs the
+    fp32 weights the directory also holds. ``precision`` is predict's: where it computes in bf16,
+    ``auto`` times torch under bf16 autocast; the runtimes compute in fp32. ``threads`` is the
+    runtimes' intra-op thread count (default: the cores this process may use).
+
+    Example:
+        >>> from encoder_tasks.testing import make_tiny_model
+        >>> from encoder_tasks.backbone import load_encoder
+        >>> from encoder_tasks.heads import EncoderWithHead
+        >>> model = EncoderWithHead(load_encoder(make_tiny_model("bert"))).eval()
+        >>> apply_backend(model, "torch")
+        'torch'
+    """
+    check_backend(backend)
+    if runtime and backend in ("auto", runtime.get("backend")):
+        return _apply_saved(model, runtime, where, threads)
+    if backend == "torch":
+        return "torch"
+    device = next(model.parameters()).device
+    if backend == "auto" and device.type != "cpu":
+        logger.info("backend auto: torch (the model runs on %s; the runtimes here are CPU ones)", device)
+        return "torch"
+    if _is_torch_int8(model):
+        if backend == "auto":
+            return "torch"
+        raise UserError(
+            f"--backend {backend}: this is a torch int8 model (encoder-tasks quantize --backend torch), which runs "
+            f"in torch only; quantize the fp32 run with --backend {backend}, or use --backend torch"
+        )
+    reference = model.encoder.eval()
+    batches = probe_batches(reference.config, batch_size=max(2, min(batch_size, 64)))
+    wanted = [backend] if backend != "auto" else [b for b in BACKENDS if b != "torch" and installed(b)]
+    if backend == "auto" and not wanted:
+        logger.info("backend auto: torch (no runtime installed: pip install 'encoder-tasks[onnx]')")
+        return "torch"
+    key = weights_key(reference)
+    decision = _decision_file(key, wanted, threads, batches, precision) if backend == "auto" else None
+    if decision is not None and decision.is_file():
+        chosen = _apply_decision(model, reference, decision, wanted, key, threads)
+        if chosen is not None:
+            return chosen
+    checked: dict[str, tuple[EncoderRuntime, dict]] = {}
+    for name in wanted:
+        try:
+            candidate = load_runtime(name, exported(name, reference, key), reference.config, threads)
+            checked[name] = (candidate, parity(reference, candidate, batches))
+        except UserError:
+            raise
+        except Exception as exc:  # a family a runtime cannot export or run: auto skips it, loudly
+            if backend != "auto":
+                raise UserError(
+                    f"--backend {name}: the encoder could not run there ({_first_line(exc)})"
+                ) from exc
+            logger.warning("backend auto: %s skipped: %s", name, _first_line(exc))
+    if backend != "auto":
+        candidate, check = checked[backend]
+        if not check["passed"]:
+            raise UserError(
+                f"--backend {backend}: the encoder's outputs differ from torch's by {check['max_abs_diff']:.3g} "
+                f"(allowed {check['allowed']:.3g}) on probe inputs; use --backend torch, and please report the model type"
+            )
+        swap_encoder(model, candidate)
+        logger.info(
+            "backend %s: the encoder runs in %s (parity with torch: max diff %.2g)",
+            backend,
+            backend,
+            check["max_abs_diff"],
+        )
+        return backend
+    return _choose(model, reference, checked, batches, precision, decision)
+
+
+def _decision_file(key: str, wanted, threads, batches, precision: str) -> Path:
+    """Where ``auto`` keeps what it measured for this encoder on this machine: keyed by the weights,
+    the runtimes and their versions, the CPU's flags, the threads, the probe and the precision."""
+    from importlib import metadata
+
+    digest = hashlib.blake2b(digest_size=12)
+    for name in wanted:
+        package = PACKAGES.get(name, (name, name))[0]
+        try:
+            version = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            version = "?"
+        digest.update(f"{name}:{RUNTIMES.get(name)}:{version};".encode())
+    digest.update(f"torch:{torch.__version__};{threads};{torch.get_num_threads()};{precision};".encode())
+    digest.update(str([tuple(b["input_ids"].shape) for b in batches]).encode())
+    digest.update(_cpu_flags().encode())
+    return cache_dir() / "auto" / f"{key}-{digest.hexdigest()}.json"
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def _apply_decision(model, reference, decision: Path, wanted, key: str, threads) -> str | None:
+    """``auto`` on an encoder it measured before on this machine: the backend it chose then
+    (``None``: the record is unusable, measure again)."""
+    import json
+
+    try:
+        found = json.loads(decision.read_text(encoding="utf-8"))
+        best = found["backend"]
+    except (OSError, ValueError, KeyError):  # a damaged record: measure again
+        return None
+    if best != "torch":
+        if best not in wanted:
+            return None
+        swap_encoder(model, load_runtime(best, exported(best, reference, key), reference.config, threads))
+    logger.info(
+        "backend auto: %s (measured before on this machine: %s; delete %s to measure again)",
+        best,
+        found.get("reason", ""),
+        decision,
+    )
+    return best
+
+
+def _choose(model, reference, checked, batches, precision: str, decision: Path | None = None) -> str:
+    """``auto``: time torch and every runtime that passed its check; swap in the fastest."""
+    from ..precision import autocast_for
+
+    failed = {name: check for name, (_, check) in checked.items() if not check["passed"]}
+    for name, check in failed.items():
+        logger.warning(
+            "%s failed its parity check against torch (max diff %.3g, allowed %.3g): auto does not use it",
+            name,
+            check["max_abs_diff"],
+            check["allowed"],
+        )
+    device = next(model.parameters()).device
+    contenders = {"torch": (reference, lambda: autocast_for(device, precision))}
+    for name, (candidate, check) in checked.items():
+        if check["passed"]:
+            contenders[name] = (candidate, contextlib.nullcontext)
+    times = timed_rounds(contenders, batches)
+    fastest = min(times, key=times.get)
+    # torch is the reference: a runtime replaces it only when clearly faster, not within the noise
+    best = fastest if times["torch"] >= MIN_GAIN * times[fastest] else "torch"
+    speeds = ", ".join(f"{name} {times['torch'] / t:.2f}x" for name, t in times.items())
+    skipped = f"; failed parity: {', '.join(failed)}" if failed else ""
+    why = "the fastest" if best == fastest else f"no runtime {MIN_GAIN:.2f}x faster"
+    reason = f"{why} on probe batches, speed vs torch: {speeds}{skipped}"
+    logger.info("backend auto: %s (%s)", best, reason)
+    if decision is not None:
+        import json
+
+        decision.parent.mkdir(parents=True, exist_ok=True)
+        record = {"backend": best, "reason": reason, "seconds": times, "failed_parity": sorted(failed)}
+        staging = decision.with_suffix(f".{os.getpid()}.tmp")
+        staging.write_text(json.dumps(record, indent=2), encoding="utf-8")
+        staging.replace(decision)
+    if best != "torch":
+        swap_encoder(model, checked[best][0])
+    return best
+
+
+def _apply_saved(model, runtime: dict, where: str | None, threads: int | None) -> str:
+    """Load the graph a run directory records (``encoder-tasks quantize --backend onnx``)."""
+    backend, file = runtime.get("backend"), runtime.get("file")
+    if backend not in BACKENDS or backend == "torch" or not file:
+        raise UserError(
+            f"{where}: the saved runtime {runtime!r} names no backend and graph this version loads"
+        )
+    path = Path(where or ".") / file
+    if not path.is_file():
+        raise UserError(f"{where}: the saved {backend} graph {file} is missing; the directory is incomplete")
+    loaded = load_runtime(backend, path, model.encoder.config, threads, runtime.get("precision", "fp32"))
+    swap_encoder(model, loaded)
+    logger.info("backend %s: the saved %s graph %s", backend, runtime.get("precision", "fp32"), path)
+    return backend
+
+
+def _is_torch_int8(model) -> bool:
+    from ..quantization.int8 import is_int8
+
+    return is_int8(model)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def describe(model) -> dict[str, Any]:
+    """Which backend ``model``'s encoder runs on, for logs and reports."""
+    encoder = getattr(model, "encoder", None)
+    if isinstance(encoder, EncoderRuntime):
+        return {"backend": encoder.backend, "precision": encoder.precision, "path": str(encoder.path)}
+    return {"backend": "torch"}

@@ -64,6 +64,7 @@ class ServeOptions:
     api_key: str | None = None
     cors_origins: str = ""
     docs: str = "on"
+    backend: str = "auto"
 
     def __post_init__(self):
         from ..errors import check_choice
@@ -72,6 +73,9 @@ class ServeOptions:
         check_choice("docs", self.docs, ("on", "off"))
         if self.api_key is not None and not self.api_key.strip():
             raise UserError("--api_key: expected a key, found an empty one")
+        from ..runtimes import CHOICES
+
+        check_choice("backend", self.backend, CHOICES)
         if not 0 <= self.port <= 65535:
             raise UserError(f"--port must be between 0 and 65535, found {self.port}")
         for name, least in (

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from ..runtimes import CHOICES
 
 logger = logging.getLogger(__name__)
 
@@ -119,8 +120,9 @@ def main(argv: list[str]) -> int:
         "else ENCODER_TASKS_API_KEY, else none (prefer the variable: a flag shows in `ps`).",
         "cors_origins": "Comma-separated origins a browser may call from (CORS); none by default.",
         "docs": "on: /docs (one page, no CDN) and /openapi.json; off: neither.",
+        "backend": "Where the encoder runs: torch, onnx, openvino or auto, as predict's --backend.",
     }
-    choices = {"precision": ("auto", "fp32", "bf16"), "docs": ("on", "off")}
+    choices = {"precision": ("auto", "fp32", "bf16"), "docs": ("on", "off"), "backend": CHOICES}
     for option in dataclasses.fields(ServeOptions):
         default = getattr(defaults, option.name)
         kwargs = {"choices": choices[option.name]} if option.name in choices else {}

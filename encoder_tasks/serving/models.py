@@ -77,6 +77,8 @@ class ServedModel:
             precision=options.precision,
             batch_size=options.batch_size,
             disable_tqdm=True,  # a server's log is no terminal
+            # auto, unless chosen: left unset so $ENCODER_TASKS_BACKEND applies as it does to predict
+            **({"backend": options.backend} if options.backend != "auto" else {}),
         )
         if self.task != "mlm" and hasattr(predictor.tokenizer, "split_special_tokens"):
             # "[SEP]" or "[CLS]" typed in a request is text, not a separator the client can inject

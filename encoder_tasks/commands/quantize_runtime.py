@@ -1,0 +1,361 @@
+"""``encoder-tasks quantize --backend onnx``: an int8 graph of the encoder in a run directory, with a
+guardrail on the task metric.
+
+    encoder-tasks quantize runs/ner runs/ner-int8 --backend onnx --method static \\
+        --validation_file dev.conll --max_metric_loss 0.01
+
+1. The model (a run, or for the embedding task any encoder or sentence-transformers folder) is
+   saved into ``DEST`` as it is (fp32 weights: ``--backend torch`` still runs them) and its encoder
+   exported to ONNX (:mod:`encoder_tasks.runtimes.onnx`).
+2. With ``--validation_file`` the fp32 model is scored there by the task's own evaluate path
+   (:mod:`.quantize_report`), which also records the encoder inputs of every batch it ran.
+3. Static calibration reads the encoder inputs of ``--calibration_file`` (inputs as ``serve`` takes
+   them, run through the task's own tokenisation: windows, word pieces) or, by default, of the first
+   ``--calibration_samples`` validation inputs.
+4. The graph is quantized (:mod:`encoder_tasks.quantization.onnx`) and scored on the validation file. While its relative
+   metric loss exceeds ``--max_metric_loss``, the most sensitive encoder layer still in int8
+   (:func:`.onnx.layer_sensitivity`) is kept in fp32 and the graph quantized and scored again, layer
+   by layer; the report lists the layers kept (``excluded_layers``) and every step.
+5. ``DEST``'s settings record ``runtime: {"backend": "onnx", "file": "encoder.int8.onnx", "precision":
+   "int8", "method", "excluded_layers"}``: every loader of run directories (predict, evaluate,
+   ``Predictor``, serve, Ray) runs that graph as the encoder, with no flag.
+
+Example:
+    >>> report = quantize_with_runtime("runs/ner", "runs/ner-int8", method="static",
+    ...     validation_file="dev.conll")  # doctest: +SKIP
+    >>> report["runtime"]["excluded_layers"]  # doctest: +SKIP
+    [5]
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+from ..errors import UserError
+
+logger = logging.getLogger(__name__)
+
+INT8_FILE = "encoder.int8.onnx"
+#: Default count of validation inputs static quantization calibrates on.
+CALIBRATION_SAMPLES = 256
+
+
+def _task_and_model(path: str, metadata: dict | None):
+    """``(task name, model)``: a saved run, or (no ``encoder_tasks.json``) a bare encoder or
+    sentence-transformers folder as an embedding model."""
+    from ..heads import EncoderWithHead
+
+    if metadata is not None:
+        return metadata["task"], EncoderWithHead.from_pretrained(path).cpu().eval()
+    from ..saved import open_saved
+
+    # The embedding task loads any encoder (mean pooling) or sentence-transformers folder.
+    task = open_saved(path).task
+    args = task.PredictArguments(model_dir=path, backend="torch", precision="fp32", disable_tqdm=True)
+    model, _ = task.load_for_inference(args, check=False)
+    return "embedding", model.float().cpu().eval()
+
+
+def _evaluate(task_name: str, folder, validation_file: str, flags, batch_size: int):
+    """``(metrics, recorded model calls)`` of ``<task> evaluate`` on a linked view of ``folder``."""
+    from .. import run
+    from ..saved import task_named
+    from .quantize_report import _arguments, linked_copy, recorded_calls
+
+    task = task_named(task_name)
+    with linked_copy(folder) as view, recorded_calls() as calls:
+        found = run.evaluate(task_name, *_arguments(task, view, validation_file, list(flags), batch_size))
+    return {k: v for k, v in found.items() if isinstance(v, (int, float))}, list(calls)
+
+
+def _calibration_calls(task_name: str, folder, calibration_file: str, batch_size: int) -> list[dict]:
+    """The encoder inputs the task's own predict path makes of ``calibration_file``'s inputs."""
+    from ..data import read_file
+    from ..inference import Predictor
+    from .quantize_report import recorded_calls
+
+    rows = read_file(calibration_file)
+    records = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
+    if not records:
+        raise UserError(f"quantize: --calibration_file {calibration_file} holds no inputs")
+    predictor = Predictor.load(
+        folder, task=task_name, backend="torch", precision="fp32", batch_size=batch_size
+    )
+    inputs = predictor.parse(records, where=str(calibration_file))
+    with recorded_calls() as calls:
+        predictor.predict(inputs)
+    return list(calls)
+
+
+def _sample(calls: list[dict], samples: int) -> list[dict]:
+    """The first calls holding ``samples`` inputs in all."""
+    chosen, rows = [], 0
+    for call in calls:
+        if rows >= samples:
+            break
+        if call.get("input_ids") is not None:
+            chosen.append(call)
+            rows += len(call["input_ids"])
+    return chosen
+
+
+def _save(model, staging: Path, runtime: dict | None) -> None:
+    extra = {k: v for k, v in model.settings.extra.items() if k != "runtime"}
+    if runtime is not None:
+        extra["runtime"] = runtime
+    model.settings = model.settings.replace(extra=extra)
+    model.save_pretrained(staging)
+
+
+def _time(model, calls: list[dict], repeats: int) -> dict:
+    from .quantize_report import time_model
+
+    rows = sum(len(c["input_ids"]) for c in calls if c.get("input_ids") is not None)
+    timed = time_model(model, calls, repeats)
+    timed["inputs_per_second"] = rows / timed["seconds"] if timed["seconds"] else None
+    return timed
+
+
+def quantize_with_runtime(
+    model_dir: str | Path,
+    dest: str | Path,
+    *,
+    backend: str = "onnx",
+    method: str = "dynamic",
+    calibration_file: str | None = None,
+    calibration_samples: int = CALIBRATION_SAMPLES,
+    max_metric_loss: float = 0.01,
+    overwrite: bool = False,
+    validation_file: str | None = None,
+    eval_flags: list[str] | tuple[str, ...] = (),
+    batch_size: int = 64,
+    repeats: int = 3,
+    metric: str | None = None,
+) -> dict:
+    """Write ``dest``: ``model_dir`` with an int8 ONNX graph of its encoder; returns the report (also
+    ``dest/quantization_report.json``). See the module docstring."""
+    from ..backbone import load_tokenizer
+    from ..data.writers import write_json
+    from ..export.staging import staged
+    from ..heads import EncoderWithHead
+    from ..quantization.onnx import METHODS, graph_feeds, layer_sensitivity, quantizable_nodes, quantize_graph
+    from ..runtimes import apply_backend, runtime_module
+    from ..saved import task_named
+    from .quantize_checks import REPORT_FILE, check_source
+    from .quantize_report import describe_sizes, headline_metric
+
+    if backend != "onnx":
+        raise UserError(
+            f"quantize --backend {backend}: int8 graphs are written for the onnx backend here; "
+            "use --backend onnx, or --backend torch (torch dynamic int8)"
+        )
+    if method not in METHODS:
+        raise UserError(f"quantize: --method must be one of {', '.join(METHODS)}, found {method!r}")
+    if not 0 <= max_metric_loss < 1:
+        raise UserError(f"quantize: --max_metric_loss is a fraction (0.01: 1%), found {max_metric_loss}")
+    if calibration_samples < 1:
+        raise UserError(f"quantize: --calibration_samples must be at least 1, found {calibration_samples}")
+    for flag, given in (("--validation_file", validation_file), ("--calibration_file", calibration_file)):
+        if given is not None and not Path(given).is_file():
+            raise UserError(f"quantize: {flag} {given}: no such file")
+    if method == "static" and calibration_file is None and validation_file is None:
+        raise UserError(
+            "quantize --method static calibrates on inputs: give --calibration_file (inputs as serve takes them) "
+            "or --validation_file (its first --calibration_samples inputs)"
+        )
+    runtime_module(backend)  # onnxruntime installed, else the extra to install, before any work
+    dest = Path(dest)
+    path, metadata = check_source(str(model_dir), dest, overwrite, bare_embedding=True)
+    task_name, model = _task_and_model(path, metadata)
+    task = task_named(task_name)
+    report: dict = {"task": task_name, "source": str(model_dir), "dest": str(dest)}
+    with staged(dest) as staging, tempfile.TemporaryDirectory(prefix="encoder-tasks-int8-") as scratch:
+        _save(model, staging, None)  # the fp32 run: what is scored, calibrated on and timed as fp32
+        load_tokenizer(path).save_pretrained(str(staging))
+        fp32_graph = runtime_module(backend).export_encoder(model.encoder, Path(scratch) / "fp32")
+        names = [i.name for i in _graph_inputs(fp32_graph)]
+        metrics, calls = {}, []
+        if validation_file is not None:
+            logger.info("quantize: evaluating the fp32 model on %s", validation_file)
+            metrics["fp32"], calls = _evaluate(task_name, staging, validation_file, eval_flags, batch_size)
+        if calibration_file is not None:
+            calibration_calls = _calibration_calls(task_name, staging, calibration_file, batch_size)
+        else:
+            calibration_calls = _sample(calls, calibration_samples)
+        calibration = graph_feeds(calibration_calls, names) if method == "static" else None
+        nodes = quantizable_nodes(fp32_graph)
+        int8_graph = staging / INT8_FILE
+        excluded: list[int] = []
+        steps: list[dict] = []
+        sensitivity: list[dict] | None = None
+
+        def quantize_and_score() -> dict | None:
+            skip = [name for name, layer in nodes.items() if layer in excluded]
+            quantize_graph(fp32_graph, int8_graph, method, calibration, exclude=skip)
+            record = {
+                "backend": backend,
+                "file": INT8_FILE,
+                "precision": "int8",
+                "method": method,
+                "excluded_layers": sorted(excluded),
+                "quantized_nodes": len(nodes) - len(skip),
+            }
+            _save(model, staging, record)
+            if validation_file is None:
+                return None
+            logger.info(
+                "quantize: evaluating the int8 graph (layers in fp32: %s)", sorted(excluded) or "none"
+            )
+            found, _ = _evaluate(task_name, staging, validation_file, eval_flags, batch_size)
+            compared = headline_metric(task, metrics["fp32"], found, metric)
+            compared["within_target"] = compared["relative_loss"] <= max_metric_loss
+            steps.append({"excluded_layers": sorted(excluded), **compared})
+            metrics["int8"] = found
+            return compared
+
+        compared = quantize_and_score()
+        layers = sorted({layer for layer in nodes.values() if layer >= 0})
+        while compared is not None and not compared["within_target"] and len(excluded) < len(layers):
+            if sensitivity is None:
+                probe_calls = calibration_calls[:8] or calls[:8]
+                probe = graph_feeds(probe_calls, names)
+                sensitivity = layer_sensitivity(fp32_graph, method, calibration, probe, nodes)
+            layer = next(
+                row["layer"] for row in sensitivity if row["layer"] >= 0 and row["layer"] not in excluded
+            )
+            logger.info(
+                "quantize: %s lost %.2f%% (more than %.2f%%): keeping layer %d in fp32",
+                compared["name"],
+                100 * compared["relative_loss"],
+                100 * max_metric_loss,
+                layer,
+            )
+            excluded.append(layer)
+            compared = quantize_and_score()
+        record = model.settings.get("runtime")
+        report["quantization"] = {
+            **record,
+            "layers": [name for name, layer in nodes.items() if layer not in excluded],
+            "weights": "int8, symmetric, one scale per output channel",
+            "activations": "uint8, ranges calibrated on the calibration inputs (QDQ)"
+            if method == "static"
+            else "uint8, one scale per batch, computed as the graph runs",
+            "calibration": (
+                {"file": calibration_file, "inputs": sum(len(f["input_ids"]) for f in calibration)}
+                if method == "static" and calibration_file
+                else {"validation_inputs": sum(len(f["input_ids"]) for f in calibration)}
+                if method == "static"
+                else None
+            ),
+            "source": str(model_dir),
+            "onnxruntime": _ort_version(),
+        }
+        report["runtime"] = record
+        report["size"] = describe_sizes(fp32_graph, int8_graph)
+        if validation_file is not None:
+            report["validation_file"] = str(validation_file)
+            report["metric"] = compared
+            report["metrics"] = metrics
+            report["guardrail"] = {
+                "max_metric_loss": max_metric_loss,
+                "steps": steps,
+                "sensitivity": sensitivity,
+            }
+            report["speed"] = _speeds(
+                staging, record, calls, repeats, batch_size, EncoderWithHead, apply_backend
+            )
+            if not compared["within_target"]:
+                logger.warning(
+                    "quantize: %s still loses %.2f%% with every layer in fp32 (more than --max_metric_loss %.2f%%)",
+                    compared["name"],
+                    100 * compared["relative_loss"],
+                    100 * max_metric_loss,
+                )
+        write_json(staging / REPORT_FILE, report)
+        _write_readme(staging / "README.md", report)
+    _log(report)
+    return report
+
+
+def _graph_inputs(path: Path):
+    import onnx
+
+    return onnx.load(str(path), load_external_data=False).graph.input
+
+
+def _ort_version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__
+
+
+def _speeds(staging, record, calls, repeats, batch_size, EncoderWithHead, apply_backend) -> dict:
+    """The model's forward passes on the evaluation's batches: torch fp32, and the int8 graph."""
+    import torch
+
+    speed: dict = {"batch_size": batch_size, "repeats": repeats, "threads": torch.get_num_threads()}
+    speed["inputs"] = sum(len(c["input_ids"]) for c in calls if c.get("input_ids") is not None)
+    fp32 = EncoderWithHead.from_pretrained(staging).cpu()
+    speed["fp32"] = _time(fp32, calls, repeats)
+    int8 = EncoderWithHead.from_pretrained(staging).cpu()
+    apply_backend(int8, "auto", runtime=record, where=str(staging))
+    speed["int8"] = _time(int8, calls, repeats)
+    speed["speedup"] = speed["fp32"]["seconds"] / speed["int8"]["seconds"]
+    return speed
+
+
+def _table(report: dict) -> list[str]:
+    size = report["size"]
+    lines = [f"{'':<22} {'fp32':>12} {'int8':>12} {'change':>10}"]
+    lines.append(
+        f"{'encoder graph (MB)':<22} {size['fp32_bytes'] / 1e6:>12.3f} {size['int8_bytes'] / 1e6:>12.3f} "
+        f"{size['ratio']:>9.2f}x"
+    )
+    if "metric" in report:
+        m, s = report["metric"], report["speed"]
+        lines.append(
+            f"{m['name']:<22} {m['before']:>12.4f} {m['after']:>12.4f} {m['relative_change']:>+10.2%}"
+        )
+        lines.append(
+            f"{'inputs/s (model)':<22} {s['fp32']['inputs_per_second']:>12.1f} {s['int8']['inputs_per_second']:>12.1f} "
+            f"{s['speedup']:>9.2f}x"
+        )
+    return lines
+
+
+def _log(report: dict) -> None:
+    runtime = report["runtime"]
+    lines = [
+        f"quantize: {report['source']} -> {report['dest']} ({report['task']}, onnx {runtime['method']} int8; "
+        f"layers kept in fp32: {runtime['excluded_layers'] or 'none'})",
+        *_table(report),
+    ]
+    logger.info("\n".join(lines))
+
+
+def _write_readme(path: Path, report: dict) -> None:
+    runtime, task = report["runtime"], report["task"]
+    text = [
+        f"# int8 {task} model (ONNX Runtime)",
+        "",
+        f"The int8 copy of `{report['source']}`, written by `encoder-tasks quantize --backend onnx --method "
+        f"{runtime['method']}`: `{runtime['file']}` is the encoder as an ONNX graph whose matrix products are "
+        f"int8 ({runtime['quantized_nodes']} of them); encoder layers kept in fp32 by the metric guardrail: "
+        f"{runtime['excluded_layers'] or 'none'}. The task's head and post-processing run in torch around it; "
+        "`model.safetensors` keeps the fp32 weights (`--backend torch` runs them).",
+        "",
+        "```bash",
+        f"encoder-tasks {task} predict --model_dir . --input_file INPUTS --output_file predictions.jsonl",
+        "encoder-tasks serve .",
+        "```",
+        "",
+        "```text",
+        *_table(report),
+        "```",
+        "",
+        "`quantization_report.json` holds every figure; docs/quantization.md says how to read it.",
+        "",
+    ]
+    path.write_text("\n".join(text), encoding="utf-8")
