@@ -866,10 +866,17 @@ def _tail(path: Path, lines: int = 8) -> str:
 
 
 async def closed_loop(
-    url: str, texts: list[str], concurrency: int, requests: int, max_seconds: float, offset: int = 0
+    url: str,
+    texts: list[str],
+    concurrency: int,
+    requests: int,
+    max_seconds: float,
+    offset: int = 0,
+    transport=None,
 ) -> dict:
     """``concurrency`` clients, each sending its next one-sentence request as soon as the last is
-    answered, until ``requests`` are done or ``max_seconds`` pass."""
+    answered, until ``requests`` are done or ``max_seconds`` pass; request ``n`` carries
+    ``texts[(offset + n) % len(texts)]``. ``transport``: an httpx transport (tests)."""
     import httpx
 
     latencies: list[float] = []
@@ -899,7 +906,7 @@ async def closed_loop(
             latencies.append(time.perf_counter() - start)
             vectors[which] = data
 
-    async with httpx.AsyncClient(limits=limits, timeout=60, trust_env=False) as client:
+    async with httpx.AsyncClient(limits=limits, timeout=60, trust_env=False, transport=transport) as client:
         start = time.perf_counter()
         await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
         seconds = time.perf_counter() - start
