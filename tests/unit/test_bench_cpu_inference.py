@@ -99,6 +99,11 @@ def test_serve_commands():
     pairs = dict(zip(command[2::2], command[3::2]))
     assert pairs["--engine"] == "optimum" and pairs["--host"] == "127.0.0.1" and pairs["--batch-size"] == "64"
     assert "--no-vector-disk-cache" in command
+    assert command[-2:] == ["--pooling-method", "mean"]  # the optimum engine pools [CLS] at "auto"
+    torch_engine, _, _ = bench.serve_command(
+        bench.BY_NAME["serve-infinity-torch"], "/v/bin/python", "/m", 1, 64
+    )
+    assert "--pooling-method" not in torch_engine
     assert (ready, route) == ("/health", "/embeddings")
 
 
@@ -261,6 +266,7 @@ def result_dict() -> dict:
                 ]
             },
             "serve-infinity-torch": {
+                "agreement": {"compared": 20, "min_cosine_vs_st_fp32": 0.9999996},
                 "levels": [
                     {
                         "concurrency": 1,
@@ -278,7 +284,7 @@ def result_dict() -> dict:
                         "p50_ms": 400.0,
                         "p99_ms": 700.0,
                     },
-                ]
+                ],
             },
             "serve-infinity-optimum": {"skipped": "not installed"},
         },
@@ -312,6 +318,7 @@ def test_serving_table_against_infinity_torch():
     assert rows[0][2:9] == [1, 10, 0, "30.0", "1.50x", "33.0", "50.0"]
     assert rows[1][4] == 1 and rows[1][6] == "1.50x"
     assert rows[2][6] == "1.00x"
+    assert rows[2][9] == "min cosine vs st-fp32 1.0000 (20 answers)" and rows[3][9] == "" and rows[0][9] == ""
     assert rows[4][9] == "skipped: not installed"
 
 
