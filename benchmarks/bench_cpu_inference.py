@@ -1405,10 +1405,8 @@ def main(argv: list[str] | None = None) -> int:
             "main": {"python": sys.executable, "installed": installed_versions(sys.executable)},
             **venvs,
         },
-        "artifacts": lazy.get("artifacts")
-        or (
-            json.loads((work / "artifacts.json").read_text()) if (work / "artifacts.json").is_file() else None
-        ),
+        # The export the rows used (its parity check rerun where the record was lost).
+        "artifacts": artifacts() if (work / "onnx" / "model.onnx").is_file() else None,
         "toolkit_features": _features_record(lazy.get("features"), features_file),
         "contenders": contenders,
         "serving": serving,
