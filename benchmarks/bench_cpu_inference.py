@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import importlib.util
 import json
 import os
 import platform
@@ -968,6 +969,14 @@ def toolkit_features(python: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+#: The module a worker kind needs where it runs in this project's environment.
+MAIN_MODULES = {
+    "st": ("sentence_transformers", "sentence-transformers"),
+    "ort": ("onnxruntime", "onnxruntime"),
+    "openvino": ("openvino", "openvino"),
+}
+
+
 def run_encoder(contender: Contender, ctx: dict) -> dict:
     """One encoding contender in its own subprocess: the row, with its metric."""
     import numpy as np
@@ -975,6 +984,9 @@ def run_encoder(contender: Contender, ctx: dict) -> dict:
     params = contender.params
     if params.get("bf16") and not ctx["cpu"]["native_bf16"]:
         raise Skip("this CPU has no native bf16 (neither avx512_bf16 nor amx_bf16 in /proc/cpuinfo)")
+    module, package = MAIN_MODULES.get(contender.kind, (None, None))
+    if contender.env == "main" and module and importlib.util.find_spec(module) is None:
+        raise Skip(f"{package} is not installed in this project's environment (pip install {package})")
     model_dir = ctx["model"]
     if contender.kind == "toolkit":
         features = ctx["toolkit_features"]()
@@ -1114,7 +1126,7 @@ def build_tables(result: dict) -> dict:
     Example:
         >>> rows = {"st-fp32": {"sentences_per_s": 200.0, "spearman": 0.82}, "ort-int8": {"sentences_per_s": 400.0, "spearman": 0.81}}
         >>> table = build_tables({"contenders": rows, "serving": {}})["cpu-inference"]
-        >>> table["rows"][1][3:6]
+        >>> table["rows"][1][4:7]
         ['2.00x', '0.8100', '-1.22%']
     """
     rows = result.get("contenders", {})

@@ -112,6 +112,19 @@ def test_native_bf16_from_flags():
     assert not bench.native_bf16(["avx2", "avx512f", "avx512_vnni"])
 
 
+def test_bf16_row_is_skipped_without_native_bf16():
+    with pytest.raises(bench.Skip, match="no native bf16"):
+        bench.run_encoder(bench.BY_NAME["st-bf16"], {"cpu": {"native_bf16": False}})
+
+
+def test_a_missing_runtime_is_a_stated_skip(monkeypatch):
+    monkeypatch.setitem(bench.MAIN_MODULES, "openvino", ("no_such_module_here", "no-such-package"))
+    with pytest.raises(
+        bench.Skip, match=r"no-such-package is not installed .*\(pip install no-such-package\)"
+    ):
+        bench.run_encoder(bench.BY_NAME["openvino-fp32"], {"cpu": {"native_bf16": True}})
+
+
 # ---- data and the metric --------------------------------------------------------------------------
 def test_read_stsb_distinct_sentences_and_pair_indices(tmp_path):
     path = tmp_path / "sts-test.csv"
