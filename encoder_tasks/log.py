@@ -7,6 +7,10 @@ Example:
     >>> logging.getLogger("encoder_tasks.example").info("wrote %d predictions", 3)
     [encoder-tasks] wrote 3 predictions
     >>> logging.getLogger("encoder_tasks").handlers.clear()  # a library leaves logging to its caller
+
+The Python API (``encoder_tasks.train`` and the other actions) shows the same records, unless the
+caller set up logging first (:func:`report_like_the_cli`). To silence it:
+``logging.getLogger("encoder_tasks").setLevel(logging.WARNING)``.
 """
 
 from __future__ import annotations
@@ -58,3 +62,24 @@ def configure_logging(level: int = logging.INFO) -> None:
         setattr(handler, _MARK, True)
         logger.addHandler(handler)
     logger.setLevel(level)
+
+
+def report_like_the_cli() -> None:
+    """Show the toolkit's records at INFO, as the command line does, when nobody configured
+    logging: no handler on the root logger or on ``encoder_tasks``, and no level set on it.
+
+    A caller who configured logging (``logging.basicConfig``, a handler, a level on the
+    ``encoder_tasks`` logger) keeps their configuration: this does nothing. Called by each action
+    of the Python API (:mod:`encoder_tasks.api`).
+
+    Example:
+        >>> import logging
+        >>> logging.getLogger("encoder_tasks").setLevel(logging.WARNING)  # silenced by the caller
+        >>> report_like_the_cli(); logging.getLogger("encoder_tasks").handlers
+        []
+        >>> logging.getLogger("encoder_tasks").setLevel(logging.NOTSET)
+    """
+    toolkit = logging.getLogger("encoder_tasks")
+    if toolkit.handlers or toolkit.level != logging.NOTSET or logging.getLogger().handlers:
+        return
+    configure_logging(logging.INFO)

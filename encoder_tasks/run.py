@@ -26,6 +26,12 @@ from .task import Prepared, Task
 
 logger = logging.getLogger(__name__)
 
+#: Said once per run trained without validation data: nothing measures the model.
+NO_VALIDATION = (
+    "no validation data (--validation_file, or a dataset with a validation split): the model is "
+    "not evaluated, and the final metrics are training's only; score it later with `evaluate`"
+)
+
 METRICS_FILE = "metrics.json"
 
 
@@ -184,6 +190,8 @@ def train(task_name: str | Task, model_args, data_args, task_args, training_args
     resume_from = find_resume_checkpoint(training_args) if training_args.resume else None
     setup = build_training(task, model_args, data_args, task_args, training_args)
     prepared = setup.prepared
+    if prepared.eval is None:
+        logger.info(NO_VALIDATION)
     set_seed(training_args.seed)  # the same RNG state a search trial's model_init sees
     model = setup.model_init()
     if training_args.should_save:
