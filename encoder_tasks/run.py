@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .data.writers import unique_path, write_json
+from .diagnosis import warn_if_learned_nothing
 from .errors import UserError
 from .outputs import check_free_space, check_output_dir, find_resume_checkpoint
 from .task import Prepared, Task
@@ -246,6 +247,9 @@ def train(task_name: str | Task, model_args, data_args, task_args, training_args
             },
         )
         log_metrics(f"{task_name}: final metrics (saved to {model_dir / METRICS_FILE})", metrics)
+        warn_if_learned_nothing(
+            metrics, f"{task_name}: after training", trainer.state.global_step, training_args.learning_rate
+        )
         report_run(
             model_dir, task_name, model, metrics, recorder, (model_args, data_args, task_args, training_args)
         )
@@ -287,6 +291,7 @@ def evaluate(task_name: str, model_args, data_args, task_args, training_args) ->
         target = unique_path(Path(model_dir) / "eval" / f"{Path(source).stem or 'eval'}.json")
         write_json(target, {"data": source, **metrics})
         log_metrics(f"{task_name}: evaluation of {model_dir} on {source} (saved to {target})", metrics)
+        warn_if_learned_nothing(metrics, f"{task_name}: evaluation of {model_dir}")
     return metrics
 
 

@@ -43,6 +43,8 @@ def entity_metrics(references: list[list[str]], predictions: list[list[str]]) ->
         for name, row in report.items()
         if not name.endswith(" avg")
     }
+    from seqeval.metrics.sequence_labeling import get_entities
+
     flat_ref = [t for s in references for t in s]
     flat_pred = [t for s in predictions for t in s]
     accuracy = float(np.mean([a == b for a, b in zip(flat_ref, flat_pred)])) if flat_ref else 0.0
@@ -55,6 +57,9 @@ def entity_metrics(references: list[list[str]], predictions: list[list[str]]) ->
         "recall_lenient": float(recall_score(references, predictions, zero_division=0)),
         "accuracy": accuracy,
         "per_type": per_type,
+        # A model that tags everything O is told apart (encoder_tasks.diagnosis).
+        "predicted_entities": len(get_entities(predictions)),
+        "gold_entities": len(get_entities(references)),
     }
 
 

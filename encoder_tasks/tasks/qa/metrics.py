@@ -166,6 +166,13 @@ class QAEvaluator:
             spans = {str(i): r["answer"] for i, r in results.items()}
             diffs = None
         metrics = score_predictions(golds, spans, diffs, self.metric, self.settings.null_threshold)
+        # A model that abstains on every question is told apart (encoder_tasks.diagnosis).
+        # (v2.0: as the official script decides, a null score difference above the threshold abstains.)
+        threshold = self.settings.null_threshold
+        metrics["answered"] = sum(
+            1 for key, span in spans.items() if span and (diffs is None or diffs[key] <= threshold)
+        )
+        metrics["questions"] = len(self.examples)
         self.last_predictions = {self.examples.ids[i]: r for i, r in results.items()}
         return metrics
 
