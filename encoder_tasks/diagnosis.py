@@ -88,3 +88,50 @@ def warn_if_learned_nothing(
     message = f"{where}: {found}; it has learned nothing useful yet. {advice[0].upper()}{advice[1:]}"
     logger.warning(message)
     return message
+
+
+#: Columns of the per-label table, in order, as the metrics name them.
+_COLUMNS = (
+    ("precision", "precision"),
+    ("recall", "recall"),
+    ("f1-score", "f1"),
+    ("f1", "f1"),
+    ("support", "support"),
+    ("predicted", "predicted"),
+)
+
+
+def metric_tables(metrics: dict[str, Any]) -> list[str]:
+    """The per-label (per-class, per-type) scores and the NER errors by kind, as text lines.
+
+    Example:
+        >>> rows = {"PER": {"precision": 0.5, "recall": 1.0, "f1": 0.6667, "support": 2}}
+        >>> print("\\n".join(metric_tables({"eval_per_type": rows,
+        ...     "eval_errors": {"correct": 2, "missed": 0, "spurious": 2, "wrong_type": 0, "wrong_boundary": 0}})))
+          per type     precision    recall        f1   support
+          PER             0.5000    1.0000    0.6667         2
+          errors: correct 2, missed 0, spurious 2, wrong type 0, wrong boundary 0
+    """
+    lines: list[str] = []
+    for key, value in metrics.items():
+        name = key.removeprefix("eval_")
+        if name in ("per_class", "per_type") and isinstance(value, dict) and value:
+            rows = {label: r for label, r in value.items() if isinstance(r, dict)}
+            if not rows:
+                continue
+            first = next(iter(rows.values()))
+            columns = [(k, title) for k, title in _COLUMNS if k in first]
+            columns = [c for i, c in enumerate(columns) if c[1] not in [t for _, t in columns[:i]]]
+            width = max(12, *(len(str(label)) + 2 for label in rows))
+            lines.append(f"  {name.replace('_', ' '):<{width}}" + "".join(f"{t:>10}" for _, t in columns))
+            for label, row in rows.items():
+                cells = "".join(
+                    f"{row.get(k, 0):>10.4f}"
+                    if k not in ("support", "predicted")
+                    else f"{int(row.get(k, 0)):>10d}"
+                    for k, _ in columns
+                )
+                lines.append(f"  {str(label):<{width}}{cells}")
+        elif name == "errors" and isinstance(value, dict):
+            lines.append("  errors: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in value.items()))
+    return lines

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .data.writers import unique_path, write_json
-from .diagnosis import warn_if_learned_nothing
+from .diagnosis import metric_tables, warn_if_learned_nothing
 from .errors import UserError
 from .outputs import check_free_space, check_output_dir, find_resume_checkpoint
 from .task import Prepared, Task
@@ -37,12 +37,13 @@ METRICS_FILE = "metrics.json"
 
 
 def log_metrics(title: str, metrics: dict) -> None:
-    """The numeric metrics as an aligned table, one record per line."""
+    """The numeric metrics as an aligned table, one record per line, then the per-label table."""
     flat = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     lines = [title] + [
         f"  {key:<40} {value:.4f}" if isinstance(value, float) else f"  {key:<40} {value}"
         for key, value in flat.items()
     ]
+    lines += metric_tables(metrics)  # per label / per type, and NER's errors by kind
     logger.info("\n".join(lines))
     sys.stdout.flush()
 
