@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .data.writers import unique_path, write_json
+from .data.writers import unique_path, write_json, write_jsonl
 from .diagnosis import metric_tables, warn_if_learned_nothing
 from .errors import UserError
 from .outputs import check_free_space, check_output_dir, find_resume_checkpoint
@@ -188,6 +188,12 @@ def train(task_name: str | Task, model_args, data_args, task_args, training_args
     # A Task object trains as itself (distillation wraps the registered task's hooks).
     task = task_name if isinstance(task_name, Task) else TASKS[task_name]
     task_name = task.name
+    if data_args.write_predictions:
+        raise UserError(
+            f"--write_predictions is for evaluate: after training, run `encoder-tasks {task.name} evaluate "
+            f"--model_name_or_path {training_args.output_dir} --validation_file FILE --write_predictions "
+            f"{data_args.write_predictions}`"
+        )
     check_output_dir(training_args)
     resume_from = find_resume_checkpoint(training_args) if training_args.resume else None
     setup = build_training(task, model_args, data_args, task_args, training_args)
@@ -283,10 +289,28 @@ def evaluate(task_name: str, model_args, data_args, task_args, training_args) ->
     splits = load_task_splits(task, data_args, task_args, ("validation",), training_args.seed)
     splits.pop("train", None)
     prepared = task.prepare(splits, tokenizer, task_args, data_args, saved=model.settings)
+    written = Path(data_args.write_predictions) if data_args.write_predictions else None
+    if written is not None and written.exists():
+        raise UserError(f"--write_predictions {written}: the file exists; choose another name or remove it")
+    recorder = None
+    if written is not None:
+        from .reporting.tracking import PredictionRecorder
+
+        recorder = PredictionRecorder(prepared.compute_metrics)
     with tempfile.TemporaryDirectory(prefix="encoder-tasks-eval-") as scratch:
         training_args.output_dir = training_args.output_dir or scratch
-        trainer = make_trainer(task, training_args, prepared, tokenizer, task_args, model=model)
+        trainer = make_trainer(
+            task, training_args, prepared, tokenizer, task_args, model=model, compute_metrics=recorder
+        )
+        trainer.sort_eval = written is None  # predictions in dataset order, one per row
         metrics = trainer.evaluate()
+    if written is not None and trainer.is_world_process_zero():
+        records = task.evaluation_records(
+            splits["validation"], prepared, recorder.predictions, recorder.label_ids
+        )
+        write_jsonl(written, records)
+        wrong = sum(1 for r in records if r.get("correct") is False)
+        logger.info("wrote %d predictions (%d wrong) to %s", len(records), wrong, written)
     if trainer.is_world_process_zero():
         source = splits["validation"].source
         target = unique_path(Path(model_dir) / "eval" / f"{Path(source).stem or 'eval'}.json")

@@ -185,3 +185,30 @@ class TaggingMetrics:
         if self.settings.tag_scheme == "none":
             return plain_tag_metrics(self.references, predictions, self.settings.label_names)
         return entity_metrics(self.references, predictions)
+
+
+def evaluation_records(split, metrics: TaggingMetrics, predictions) -> list[dict]:
+    """``evaluate --write_predictions``: per sentence of ``split`` its tokens, the gold and
+    predicted tags (IOB2), whether every tag is right, and its entity errors by kind."""
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    from .reading import read_sentences
+
+    settings = metrics.settings
+    tokens, _ = read_sentences(split, settings.tokens_column, None, settings.token_prefix)
+    predicted = metrics.decode(predictions)
+    records = []
+    for words, gold, tags in zip(tokens, metrics.references, predicted):
+        errors = entity_errors([gold], [tags])
+        records.append(
+            {
+                "tokens": list(words),
+                "gold": list(gold),
+                "prediction": list(tags),
+                "correct": list(gold) == list(tags),
+                "gold_entities": [[k, s, e + 1] for k, s, e in get_entities(list(gold))],
+                "predicted_entities": [[k, s, e + 1] for k, s, e in get_entities(list(tags))],
+                "errors": {k: v for k, v in errors.items() if v and k != "correct"},
+            }
+        )
+    return records
