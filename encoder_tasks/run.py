@@ -81,6 +81,11 @@ def make_trainer(
     callbacks=(),
 ):
     """The task's Trainer over ``prepared``: every action builds its Trainer here."""
+    from .reporting.tracking import bars_hidden
+
+    if bars_hidden() and "disable_tqdm" not in getattr(training_args, "given_fields", ()):
+        # The Trainer's bars would fill a log file or a pipe with carriage returns.
+        training_args.disable_tqdm = True
     return task.trainer_class()(
         model=model,
         model_init=model_init,
