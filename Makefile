@@ -29,7 +29,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 ifeq ($(strip $(ACCEL)),)
-  LAUNCH_FLAGS := --num_processes 1 --num_machines 1 --dynamo_backend no
+  # Every value accelerate would otherwise default (and warn about on every run); precision is the
+  # Trainer's (--bf16 in the recipe or ARGS), not accelerate's.
+  LAUNCH_FLAGS := --num_processes 1 --num_machines 1 --dynamo_backend no --mixed_precision no
 else
   LAUNCH_FLAGS := --config_file recipes/accelerate/$(ACCEL).yaml
 endif

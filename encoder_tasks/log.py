@@ -44,11 +44,44 @@ class _CurrentStream(logging.StreamHandler):
         pass
 
 
+#: Third-party warnings that are wrong for this toolkit, by logger: message prefixes dropped.
+WRONG_FOR_US = {
+    # The toolkit reads a long text in windows (or cuts it, saying so); it counts tokens of whole
+    # texts on purpose before cutting them.
+    "transformers.tokenization_utils_base": ("Token indices sequence length is longer than",),
+}
+
+
+class _DropWrong(logging.Filter):
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefixes)
+
+
+def quiet_wrong_warnings() -> None:
+    """Drop the third-party warnings of :data:`WRONG_FOR_US` (idempotent; imports nothing).
+
+    Example:
+        >>> quiet_wrong_warnings()
+        >>> tokenization = logging.getLogger("transformers.tokenization_utils_base")
+        >>> tokenization.filter(logging.makeLogRecord({"msg": "Token indices sequence length is longer than 512"}))
+        False
+    """
+    for name, prefixes in WRONG_FOR_US.items():
+        target = logging.getLogger(name)
+        if not any(isinstance(f, _DropWrong) for f in target.filters):
+            target.addFilter(_DropWrong(prefixes))
+
+
 def configure_logging(level: int = logging.INFO) -> None:
     """Show the toolkit's records: INFO and below on stdout, warnings and errors on stderr.
 
     Idempotent; third-party loggers (transformers, datasets) keep their own settings.
     """
+    quiet_wrong_warnings()
     logger = logging.getLogger("encoder_tasks")
     for handler in [h for h in logger.handlers if getattr(h, _MARK, False)]:
         logger.removeHandler(handler)
@@ -79,6 +112,7 @@ def report_like_the_cli() -> None:
         []
         >>> logging.getLogger("encoder_tasks").setLevel(logging.NOTSET)
     """
+    quiet_wrong_warnings()
     toolkit = logging.getLogger("encoder_tasks")
     if toolkit.handlers or toolkit.level != logging.NOTSET or logging.getLogger().handlers:
         return
