@@ -265,7 +265,58 @@ def train(task_name: str | Task, model_args, data_args, task_args, training_args
         report_run(
             model_dir, task_name, model, metrics, recorder, (model_args, data_args, task_args, training_args)
         )
+    if training_args.should_save:
+        done = finish_run_folder(
+            Path(training_args.output_dir), keep_checkpoints=training_args.keep_checkpoints
+        )
+        logger.info(done["said"])
     return metrics
+
+
+def _size(path: Path) -> int:
+    return (
+        sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        if path.is_dir()
+        else path.stat().st_size
+    )
+
+
+def finish_run_folder(output_dir: Path, keep_checkpoints: bool = False) -> dict[str, Any]:
+    """A finished run keeps its final model: the ``checkpoint-*`` folders (each with the optimizer
+    state, twice the model's size with AdamW) are removed unless ``keep_checkpoints``. Returns the
+    bytes kept and removed, and ``said``: the line saying so (the folder's size).
+
+    Example:
+        >>> import tempfile
+        >>> run = Path(tempfile.mkdtemp())
+        >>> _ = (run / "model.safetensors").write_bytes(b"0" * 10)
+        >>> (run / "checkpoint-2").mkdir(); _ = (run / "checkpoint-2" / "optimizer.pt").write_bytes(b"0" * 20)
+        >>> done = finish_run_folder(run)
+        >>> done["kept"], done["removed"], sorted(p.name for p in run.iterdir())
+        (10, 20, ['model.safetensors'])
+    """
+    import shutil
+
+    checkpoints = [p for p in output_dir.glob("checkpoint-*") if p.is_dir()]
+    removed = 0
+    if not keep_checkpoints:
+        for folder in checkpoints:
+            removed += _size(folder)
+            shutil.rmtree(folder)
+    kept = _size(output_dir)
+    mib = 1024 * 1024
+    model = sum(_size(p) for p in output_dir.glob("*.safetensors"))
+    if removed:
+        said = (
+            f"run folder {output_dir}: {kept / mib:.1f} MiB (the model {model / mib:.1f} MiB); removed "
+            f"{len(checkpoints)} checkpoint(s) with their optimizer state ({removed / mib:.1f} MiB): training "
+            "finished, --keep_checkpoints keeps them"
+        )
+    else:
+        held = sum(_size(p) for p in checkpoints)
+        extra = f", checkpoints {held / mib:.1f} MiB" if checkpoints else ""
+        said = f"run folder {output_dir}: {kept / mib:.1f} MiB (the model {model / mib:.1f} MiB{extra})"
+    return {"kept": kept, "removed": removed, "said": said}
 
 
 def evaluate(task_name: str, model_args, data_args, task_args, training_args) -> dict:
