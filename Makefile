@@ -16,7 +16,8 @@ PYTEST_ARGS ?=
 RELIABILITY_TESTS := tests/slow/test_resume_kill_points.py tests/slow/test_resume_tasks.py
 # The optional extras the development install has, so no test skips for want of them (tests/conftest.py
 # turns such a skip into a failure): ONNX, plots, search, LoRA, sentence-transformers, jieba, TensorBoard,
-# the server (FastAPI, uvicorn, httpx; the openai client is in dev), Ray and bm25s.
+# the server (FastAPI, uvicorn, httpx; the clients it is tested with, openai, langchain-openai and
+# huggingface_hub, are in dev), Ray and bm25s.
 DEV_EXTRAS  := dev,onnx,plots,search,peft,sentence-transformers,chinese,tensorboard,serve,ray,retrieval,openvino
 
 # Idle OpenMP threads sleep instead of spinning, so they leave the cores to working threads when threads
@@ -28,7 +29,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 ifeq ($(strip $(ACCEL)),)
-  LAUNCH_FLAGS := --num_processes 1 --num_machines 1 --dynamo_backend no
+  # Every value accelerate would otherwise default (and warn about on every run); precision is the
+  # Trainer's (--bf16 in the recipe or ARGS), not accelerate's.
+  LAUNCH_FLAGS := --num_processes 1 --num_machines 1 --dynamo_backend no --mixed_precision no
 else
   LAUNCH_FLAGS := --config_file recipes/accelerate/$(ACCEL).yaml
 endif

@@ -26,6 +26,10 @@ LOCAL_MIRRORS = {
 }
 
 
+#: Model names whose local copy was already announced in this process.
+_SAID_MIRROR: set[str] = set()
+
+
 def resolve_model_path(name_or_path: str) -> str:
     """Map a model name to something ``from_pretrained`` loads, preferring local copies.
 
@@ -44,7 +48,11 @@ def resolve_model_path(name_or_path: str) -> str:
             logger.info("%s: package %s not installed, using the Hub", name_or_path, module_name)
         else:
             path = str(getattr(module, function)())
-            logger.info("%s: loading the copy shipped in package %s (%s)", name_or_path, module_name, path)
+            if name_or_path not in _SAID_MIRROR:  # resolved several times a run: said once
+                _SAID_MIRROR.add(name_or_path)
+                logger.info(
+                    "%s: loading the copy shipped in package %s (%s)", name_or_path, module_name, path
+                )
             return path
     if os.path.sep in name_or_path and name_or_path.startswith((".", "/", "~")):
         raise UserError(f"model {name_or_path!r}: no such directory")

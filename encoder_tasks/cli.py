@@ -50,8 +50,84 @@ def _usage() -> str:
     ]
     if own:
         lines += ["", "Task actions of their own: " + ", ".join(own) + "."]
-    lines += ["", "`encoder-tasks <task> <action> --help` lists every flag (recipe keys are the same names)."]
+    lines += [
+        "",
+        "`encoder-tasks <task> <action> --help` lists the task's flags first (`--help-all`: every flag;",
+        "recipe keys are the same names).",
+    ]
     return "\n".join(lines)
+
+
+#: The Trainer flags most runs set, named in the short help (``--help-all`` lists all of them).
+COMMON_TRAINER_FLAGS = (
+    "output_dir",
+    "num_train_epochs",
+    "learning_rate",
+    "per_device_train_batch_size",
+    "per_device_eval_batch_size",
+    "seed",
+    "bf16",
+    "eval_strategy",
+    "save_strategy",
+    "report_to",
+    "resume",
+)
+#: Terminal width the short help is cut to.
+HELP_WIDTH = 100
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(str(text or "").split())
+    masked = text.replace("e.g. ", "e.g._").replace("i.e. ", "i.e._")
+    end = masked.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
+def short_help(prog: str, groups: list[tuple[str, type]]) -> str:
+    """One line per flag of ``groups`` (title, dataclass), cut to :data:`HELP_WIDTH`, then the
+    Trainer's most used flags by name: the help of a training action that fits a screen, built
+    without importing transformers (the full list, ``--help-all``, needs it).
+
+    Example:
+        >>> from encoder_tasks.config import ModelArguments
+        >>> print(short_help("encoder-tasks ner train", [("model", ModelArguments)]).splitlines()[2])
+        model:
+    """
+    import dataclasses
+
+    lines = [f"usage: {prog} [--config RECIPE.yaml] [--flag value ...]", ""]
+    for title, cls in groups:
+        lines.append(f"{title}:")
+        for f in dataclasses.fields(cls):
+            if not f.init or f.name.startswith("_"):
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else None
+            flag = f"--{f.name}" if default in (None, "", False) else f"--{f.name}={default}"
+            entry = f"  {flag:<34} {_first_sentence(f.metadata.get('help', ''))}"
+            lines.append(entry if len(entry) <= HELP_WIDTH else entry[: HELP_WIDTH - 3] + "...")
+        lines.append("")
+    import textwrap
+
+    common = ", ".join(f"--{name}" for name in COMMON_TRAINER_FLAGS) + ", ..."
+    lines += [
+        "Trainer flags (transformers' TrainingArguments: optimiser, schedule, precision, logging, saving):",
+        *textwrap.wrap(common, HELP_WIDTH, initial_indent="  ", subsequent_indent="  "),
+        "",
+        f"`{prog} --help-all`: every flag, with its full help.",
+        "Recipe keys (--config) are the same names.",
+    ]
+    return "\n".join(lines)
+
+
+def _help_groups(task, action: str) -> list[tuple[str, type]]:
+    from .config import DataArguments, ModelArguments
+
+    groups = [(f"{task.name} flags", task.Arguments), ("model", ModelArguments), ("data", DataArguments)]
+    if action == "distill":
+        from .distillation import DistillArguments
+
+        groups.insert(1, ("distillation", DistillArguments))
+    return groups
 
 
 def _run(argv: list[str]) -> int:
@@ -70,6 +146,11 @@ def _run(argv: list[str]) -> int:
         raise UserError(f"{task_name}: expected an action ({known}), found {found!r}")
     action, flags = rest[0], rest[1:]
     prog = f"encoder-tasks {task_name} {action}"
+    if action in ("train", "evaluate", "search", "distill"):
+        if "-h" in flags or "--help" in flags:  # a screen, fast: task flags first, no transformers
+            print(short_help(prog, _help_groups(task, action)))
+            return 0
+        flags = ["--help" if f == "--help-all" else f for f in flags]
     from .config import DataArguments, ModelArguments, parse_args
 
     if action in own_actions:

@@ -133,6 +133,13 @@ class DataArguments:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Evaluate on the first N examples, for quick runs."}
     )
+    write_predictions: str | None = field(
+        default=None,
+        metadata={
+            "help": "evaluate: write each example's input, gold, prediction and whether it is right to "
+            "this JSON-lines file (refused if it exists)."
+        },
+    )
 
     def __post_init__(self):
         env = os.environ.get(DATA_DIR_ENV)

@@ -32,6 +32,11 @@ def classification_metrics(predictions, references, label_names: list[str]) -> d
         references, predictions, labels=labels, target_names=label_names, output_dict=True, zero_division=0
     )
     per_class = {name: {k: float(v) for k, v in report[name].items()} for name in label_names}
+    # How often each class was predicted: a model that predicts one class only is told apart
+    # (encoder_tasks.diagnosis) from one that is merely inaccurate.
+    predicted_ids = np.ravel(predictions).astype(int)
+    for i, name in enumerate(label_names):
+        per_class[name]["predicted"] = int(np.sum(predicted_ids == i))
     known = set(labels)
     present = sorted(known & {int(v) for v in np.concatenate([np.ravel(references), np.ravel(predictions)])})
     macro = (
@@ -93,4 +98,8 @@ def regression_metrics(predictions, references) -> dict:
         "pearson": 0.0 if constant else float(pearsonr(predictions, references)[0]),
         "spearman": 0.0 if constant else float(spearmanr(predictions, references)[0]),
         "mse": float(np.mean((predictions - references) ** 2)),
+        # A model that predicts (nearly) a constant is told apart (encoder_tasks.diagnosis).
+        "prediction_mean": float(np.mean(predictions)) if len(predictions) else 0.0,
+        "prediction_std": float(np.std(predictions)) if len(predictions) else 0.0,
+        "reference_std": float(np.std(references)) if len(references) else 0.0,
     }

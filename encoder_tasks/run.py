@@ -19,23 +19,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .data.writers import unique_path, write_json
+from .data.writers import unique_path, write_json, write_jsonl
+from .diagnosis import metric_tables, warn_if_learned_nothing
 from .errors import UserError
 from .outputs import check_free_space, check_output_dir, find_resume_checkpoint
 from .task import Prepared, Task
 
 logger = logging.getLogger(__name__)
 
+#: Said once per run trained without validation data: nothing measures the model.
+NO_VALIDATION = (
+    "no validation data (--validation_file, or a dataset with a validation split): the model is "
+    "not evaluated, and the final metrics are training's only; score it later with `evaluate`"
+)
+
 METRICS_FILE = "metrics.json"
 
 
 def log_metrics(title: str, metrics: dict) -> None:
-    """The numeric metrics as an aligned table, one record per line."""
+    """The numeric metrics as an aligned table, one record per line, then the per-label table."""
     flat = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     lines = [title] + [
         f"  {key:<40} {value:.4f}" if isinstance(value, float) else f"  {key:<40} {value}"
         for key, value in flat.items()
     ]
+    lines += metric_tables(metrics)  # per label / per type, and NER's errors by kind
     logger.info("\n".join(lines))
     sys.stdout.flush()
 
@@ -73,6 +81,11 @@ def make_trainer(
     callbacks=(),
 ):
     """The task's Trainer over ``prepared``: every action builds its Trainer here."""
+    from .reporting.tracking import bars_hidden
+
+    if bars_hidden() and "disable_tqdm" not in getattr(training_args, "given_fields", ()):
+        # The Trainer's bars would fill a log file or a pipe with carriage returns.
+        training_args.disable_tqdm = True
     return task.trainer_class()(
         model=model,
         model_init=model_init,
@@ -187,10 +200,18 @@ def train(task_name: str | Task, model_args, data_args, task_args, training_args
     # A Task object trains as itself (distillation wraps the registered task's hooks).
     task = task_name if isinstance(task_name, Task) else task_named(task_name)
     task_name = task.name
+    if data_args.write_predictions:
+        raise UserError(
+            f"--write_predictions is for evaluate: after training, run `encoder-tasks {task.name} evaluate "
+            f"--model_name_or_path {training_args.output_dir} --validation_file FILE --write_predictions "
+            f"{data_args.write_predictions}`"
+        )
     check_output_dir(training_args)
     resume_from = find_resume_checkpoint(training_args) if training_args.resume else None
     setup = build_training(task, model_args, data_args, task_args, training_args)
     prepared = setup.prepared
+    if prepared.eval is None:
+        logger.info(NO_VALIDATION)
     set_seed(training_args.seed)  # the same RNG state a search trial's model_init sees
     model = setup.model_init()
     if training_args.should_save:
@@ -245,10 +266,64 @@ def train(task_name: str | Task, model_args, data_args, task_args, training_args
             },
         )
         log_metrics(f"{task_name}: final metrics (saved to {model_dir / METRICS_FILE})", metrics)
+        warn_if_learned_nothing(
+            metrics, f"{task_name}: after training", trainer.state.global_step, training_args.learning_rate
+        )
         report_run(
             model_dir, task_name, model, metrics, recorder, (model_args, data_args, task_args, training_args)
         )
+    if training_args.should_save:
+        done = finish_run_folder(
+            Path(training_args.output_dir), keep_checkpoints=training_args.keep_checkpoints
+        )
+        logger.info(done["said"])
     return metrics
+
+
+def _size(path: Path) -> int:
+    return (
+        sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        if path.is_dir()
+        else path.stat().st_size
+    )
+
+
+def finish_run_folder(output_dir: Path, keep_checkpoints: bool = False) -> dict[str, Any]:
+    """A finished run keeps its final model: the ``checkpoint-*`` folders (each with the optimizer
+    state, twice the model's size with AdamW) are removed unless ``keep_checkpoints``. Returns the
+    bytes kept and removed, and ``said``: the line saying so (the folder's size).
+
+    Example:
+        >>> import tempfile
+        >>> run = Path(tempfile.mkdtemp())
+        >>> _ = (run / "model.safetensors").write_bytes(b"0" * 10)
+        >>> (run / "checkpoint-2").mkdir(); _ = (run / "checkpoint-2" / "optimizer.pt").write_bytes(b"0" * 20)
+        >>> done = finish_run_folder(run)
+        >>> done["kept"], done["removed"], sorted(p.name for p in run.iterdir())
+        (10, 20, ['model.safetensors'])
+    """
+    import shutil
+
+    checkpoints = [p for p in output_dir.glob("checkpoint-*") if p.is_dir()]
+    removed = 0
+    if not keep_checkpoints:
+        for folder in checkpoints:
+            removed += _size(folder)
+            shutil.rmtree(folder)
+    kept = _size(output_dir)
+    mib = 1024 * 1024
+    model = sum(_size(p) for p in output_dir.glob("*.safetensors"))
+    if removed:
+        said = (
+            f"run folder {output_dir}: {kept / mib:.1f} MiB (the model {model / mib:.1f} MiB); removed "
+            f"{len(checkpoints)} checkpoint(s) with their optimizer state ({removed / mib:.1f} MiB): training "
+            "finished, --keep_checkpoints keeps them"
+        )
+    else:
+        held = sum(_size(p) for p in checkpoints)
+        extra = f", checkpoints {held / mib:.1f} MiB" if checkpoints else ""
+        said = f"run folder {output_dir}: {kept / mib:.1f} MiB (the model {model / mib:.1f} MiB{extra})"
+    return {"kept": kept, "removed": removed, "said": said}
 
 
 def evaluate(task_name: str, model_args, data_args, task_args, training_args) -> dict:
@@ -283,15 +358,34 @@ def evaluate(task_name: str, model_args, data_args, task_args, training_args) ->
     splits = load_task_splits(task, data_args, task_args, ("validation",), training_args.seed)
     splits.pop("train", None)
     prepared = task.prepare(splits, tokenizer, task_args, data_args, saved=model.settings)
+    written = Path(data_args.write_predictions) if data_args.write_predictions else None
+    if written is not None and written.exists():
+        raise UserError(f"--write_predictions {written}: the file exists; choose another name or remove it")
+    recorder = None
+    if written is not None:
+        from .reporting.tracking import PredictionRecorder
+
+        recorder = PredictionRecorder(prepared.compute_metrics)
     with tempfile.TemporaryDirectory(prefix="encoder-tasks-eval-") as scratch:
         training_args.output_dir = training_args.output_dir or scratch
-        trainer = make_trainer(task, training_args, prepared, tokenizer, task_args, model=model)
+        trainer = make_trainer(
+            task, training_args, prepared, tokenizer, task_args, model=model, compute_metrics=recorder
+        )
+        trainer.sort_eval = written is None  # predictions in dataset order, one per row
         metrics = trainer.evaluate()
+    if written is not None and trainer.is_world_process_zero():
+        records = task.evaluation_records(
+            splits["validation"], prepared, recorder.predictions, recorder.label_ids
+        )
+        write_jsonl(written, records)
+        wrong = sum(1 for r in records if r.get("correct") is False)
+        logger.info("wrote %d predictions (%d wrong) to %s", len(records), wrong, written)
     if trainer.is_world_process_zero():
         source = splits["validation"].source
         target = unique_path(Path(model_dir) / "eval" / f"{Path(source).stem or 'eval'}.json")
         write_json(target, {"data": source, **metrics})
         log_metrics(f"{task_name}: evaluation of {model_dir} on {source} (saved to {target})", metrics)
+        warn_if_learned_nothing(metrics, f"{task_name}: evaluation of {model_dir}")
     return metrics
 
 

@@ -134,8 +134,12 @@ class LengthSortedEvalMixin:
     """Evaluate in length-sorted order: far less padding, and metrics are order-free."""
 
     length_column = "length"
+    #: False: evaluate in dataset order (``--write_predictions`` pairs each prediction with its row).
+    sort_eval = True
 
     def _get_eval_sampler(self, eval_dataset):
+        if not self.sort_eval:  # (transformers' own sampler may sort too: group_by_length)
+            return torch.utils.data.SequentialSampler(eval_dataset)
         lengths = None
         if self.args.world_size <= 1 and hasattr(eval_dataset, "column_names"):
             # The Trainer drops columns forward() does not name (often `length`) before it

@@ -146,6 +146,15 @@ class Task:
         return {}
 
     # ---- use -------------------------------------------------------------------------------
+    def evaluation_records(self, split, prepared: Prepared, predictions, label_ids) -> list[dict[str, Any]]:
+        """``--write_predictions``: one record per example of the evaluation ``split`` (``input``,
+        ``gold``, ``prediction``, ``correct``), from the evaluation loop's ``predictions`` and
+        ``label_ids`` in dataset order (``prepared.compute_metrics`` has seen them)."""
+        raise UserError(
+            f"{self.name}: --write_predictions is not available for this task; `{self.name} predict` "
+            "writes its predictions on any file"
+        )
+
     def predict(self, args) -> dict[str, Any]:
         """``encoder-tasks <task> predict``: a saved model over ``args.input_file``, JSON lines out."""
         raise NotImplementedError(f"task {self.name!r} does not implement predict")

@@ -55,6 +55,13 @@ class EncoderTrainingArguments(TrainingArguments):
             "help": "Continue from the latest checkpoint in output_dir (optimizer, scheduler, RNG, data order)."
         },
     )
+    keep_checkpoints: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep the checkpoint-* folders (optimizer state, for --resume) once training has finished; "
+            "by default a finished run keeps only its final model."
+        },
+    )
     learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate for AdamW."})
     warmup_steps: float = field(
         default=0.1, metadata={"help": "Warm-up: steps (int) or a fraction of all steps in [0, 1)."}

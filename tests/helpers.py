@@ -71,7 +71,10 @@ def train_argv(
     argv = [task, action, "--model_name_or_path", str(model), "--train_file", str(train)]
     if validation is not None:
         argv += ["--validation_file", str(validation)]
-    return [*argv, "--output_dir", str(out), *flags]
+    # Tests that look inside checkpoint-* folders of finished runs (resume, overwrite) need them:
+    # a finished run removes them unless told (tests/cli/test_run_folder.py tests that default).
+    keep = [] if "--keep_checkpoints" in flags or action != "train" else ["--keep_checkpoints", "true"]
+    return [*argv, "--output_dir", str(out), *keep, *flags]
 
 
 def evaluate_argv(task: str, model, data, *flags: str) -> list[str]:
@@ -134,7 +137,10 @@ def launch(args: list[str], processes: int = 2, timeout: int = 600) -> subproces
     multi = ["--multi_gpu", "--main_process_port", str(free_port())] if processes > 1 else []
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *multi, "--num_processes", str(processes)]
     cmd += ["--num_machines", "1", "--dynamo_backend", "no", "--mixed_precision", "no"]
-    cmd += ["-m", "encoder_tasks.cli", *args]
+    keep = (
+        ["--keep_checkpoints", "true"] if args[1:2] == ["train"] and "--keep_checkpoints" not in args else []
+    )
+    cmd += ["-m", "encoder_tasks.cli", *args, *keep]
     env = subprocess_env(OMP_NUM_THREADS="1")
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..log import report_like_the_cli
 from .inputs import data_file, to_records
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ def train(task: str, *, config: str | Path | None = None, **settings: Any) -> Ru
         ...             output_dir="runs/ner", crf=True)  # doctest: +SKIP
         >>> run.metrics["eval_f1"], run.load().predict("John lives in Paris")  # doctest: +SKIP
     """
+    report_like_the_cli()
     from .. import run as runner
 
     task_obj = _task(task)
@@ -111,6 +113,7 @@ def evaluate(run_dir: str | Path, *, config: str | Path | None = None, **setting
         >>> evaluate("runs/ner", validation_file="dev.conll")["eval_f1"]  # doctest: +SKIP
         0.91
     """
+    report_like_the_cli()
     from .. import run as runner
     from ..inference import task_of
 
@@ -136,6 +139,7 @@ def load(run_dir: str | Path, *, task: str | None = None, **flags: Any) -> Model
     from ..inference import Predictor, task_of
     from .settings import check_names, setting_names
 
+    report_like_the_cli()
     name = task or task_of(run_dir)
     task_obj = _task(name)
     # The run is the first argument; files are predict_file's.
@@ -155,6 +159,7 @@ def predict_file(
     """
     from ..inference import task_of
 
+    report_like_the_cli()
     task = task_of(run_dir)
     task_obj = _task(task)
     given = {
@@ -181,6 +186,7 @@ def export(
     """
     from ..commands.export import export_model
 
+    report_like_the_cli()
     return export_model(run_dir, dest, format, opset=opset, overwrite=overwrite)
 
 

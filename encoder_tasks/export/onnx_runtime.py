@@ -84,3 +84,47 @@ class OnnxModel:
         result = dict(zip(self.output_names, values))
         result["attention_mask"] = enc["attention_mask"]
         return result
+
+    def word_emissions(self, sentences: list[list[str]]) -> list[np.ndarray]:
+        """A tagger's scores per word (``[words, tags]``, each word's first sub-token), as
+        ``predict`` reads them; a sentence over the model's ``max_length`` is refused (``predict``
+        reads it in windows)."""
+        sentences = [list(words) for words in sentences]
+        max_length = int(self.settings.get("max_length") or 512)
+        enc = self.tokenizer(sentences, is_split_into_words=True, truncation=False)
+        width = max((len(ids) for ids in enc["input_ids"]), default=0)
+        if width > max_length:
+            longest = max(range(len(sentences)), key=lambda i: len(enc["input_ids"][i]))
+            raise UserError(
+                f"sentence {longest}: {len(enc['input_ids'][longest])} tokens, over the model's max_length "
+                f"{max_length}; `encoder-tasks ner predict` reads long sentences in windows"
+            )
+        pad = self.tokenizer.pad_token_id or 0
+        feeds = {}
+        for name in self.inputs:
+            rows = [list(r) + [pad if name == "input_ids" else 0] * (width - len(r)) for r in enc[name]]
+            feeds[name] = np.asarray(rows, dtype=np.int64)
+        logits = self.session.run([self.output_names[0]], feeds)[0]
+        emissions = []
+        for i, words in enumerate(sentences):
+            first: dict[int, int] = {}
+            for position, word in enumerate(enc.word_ids(i)):
+                if word is not None and word not in first:
+                    first[word] = position
+            if len(first) != len(words):
+                lost = next(j for j in range(len(words)) if j not in first)
+                raise UserError(f"sentence {i}: word {lost} ({words[lost]!r}) tokenises to nothing")
+            emissions.append(np.asarray(logits[i, [first[j] for j in range(len(words))]], dtype=np.float32))
+        return emissions
+
+    def tag(self, sentences: list[list[str]], decode) -> list[list[str]]:
+        """Tags per word of each sentence, as ``ner predict`` gives them: ``decode(emissions,
+        settings, crf)`` turns each sentence's word scores into tags, with the CRF of ``crf.npz``
+        (``crf``: its arrays, or None) and the saved ``settings`` (label names, decoding, scheme).
+        The decoding is the NER task's own, passed in (``export`` depends on no task):
+
+            >>> from encoder_tasks.tasks.ner.decoding import decode_exported  # doctest: +SKIP
+            >>> OnnxModel("exported/ner-onnx").tag([["John", "lives", "in", "Paris"]], decode_exported)  # doctest: +SKIP
+            [['B-PER', 'O', 'O', 'B-LOC']]
+        """
+        return decode(self.word_emissions(sentences), self.settings, self.crf)

@@ -144,6 +144,12 @@ class PredictionRecorder:
         return True
 
 
+def bars_hidden() -> bool:
+    """Progress bars are off: stderr is not a terminal (a log file, a pipe, a server) or
+    ``ENCODER_TASKS_DISABLE_TQDM=1`` (what ``--disable_tqdm`` sets)."""
+    return os.environ.get("ENCODER_TASKS_DISABLE_TQDM") == "1" or not sys.stderr.isatty()
+
+
 def progress(
     iterable=None,
     desc: str | None = None,
@@ -155,7 +161,5 @@ def progress(
     or when ``ENCODER_TASKS_DISABLE_TQDM=1``."""
     from tqdm.auto import tqdm
 
-    if disable is None:
-        disable = False
-    hidden = disable or os.environ.get("ENCODER_TASKS_DISABLE_TQDM") == "1" or not sys.stderr.isatty()
+    hidden = bool(disable) or bars_hidden()
     return tqdm(iterable, desc=desc, total=total, unit=unit, disable=hidden, leave=False, dynamic_ncols=True)

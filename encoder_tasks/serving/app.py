@@ -49,7 +49,7 @@ class ServeOptions:
     max_batch_tokens: int = 8192
     max_wait_ms: float = 5.0
     batch_size: int = 64
-    max_inputs_per_request: int = 256
+    max_inputs_per_request: int = 2048  # OpenAI's own limit: its clients send up to that many
     max_chars_per_input: int = 20000
     max_request_tokens: int = 65536
     max_queue: int = 64

@@ -1,13 +1,13 @@
 """Routes existing clients already speak: OpenAI ``POST /v1/embeddings``
-(:mod:`.compat_openai`); text-embeddings-inference ``POST /embed``, ``/rerank`` and ``/predict``
-(:mod:`.compat_tei`). Guide: docs/serving.md, "Ecosystem routes".
+(:mod:`.compat_openai`); text-embeddings-inference ``POST /embed``, ``/rerank``, ``/predict``, ``/``
+and ``/invocations`` (answered by the model's kind) and ``GET /info`` (:mod:`.compat_tei`). Guide: docs/serving.md, "Ecosystem routes".
 
 Example:
     >>> from fastapi import FastAPI
     >>> app = FastAPI()
     >>> app.include_router(router)
     >>> sorted(app.openapi()["paths"])
-    ['/embed', '/predict', '/rerank', '/v1/embeddings']
+    ['/', '/embed', '/info', '/invocations', '/predict', '/rerank', '/v1/embeddings']
 """
 
 from __future__ import annotations

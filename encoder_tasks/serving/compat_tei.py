@@ -1,10 +1,22 @@
-"""text-embeddings-inference's ``POST /embed``, ``/rerank`` and ``/predict``, on this toolkit's models.
+"""text-embeddings-inference's ``POST /embed``, ``/rerank``, ``/predict``, ``/`` and
+``/invocations`` and ``GET /info``, on this toolkit's models.
 
 Request fields and answers follow TEI's router (``inputs``, ``normalize``, ``truncate``,
 ``raw_scores``, ``return_text``; a list of vectors, ``[{"index", "score"}]``, ``[{"label",
 "score"}]``), errors are TEI's ``{"error", "error_type"}``. One server may hold several models,
 so each body may name one in ``model`` (an extension: with one model of the route's task it is
 not needed). A text over the model's ``max_length`` with ``truncate`` false is a 413, as in TEI.
+Fields TEI does not know are ignored, as TEI ignores them (``huggingface_hub``'s client always
+sends ``"parameters"``): the answer names them in its ``X-Ignored-Fields`` header, and the log
+says so once per route.
+
+``POST /`` and ``/invocations`` (what ``huggingface_hub.InferenceClient(base_url=...)`` and
+SageMaker post to) answer by the kind of the model: embed for an embedding model (rerank when the
+body holds ``query`` and ``texts``; ``{"source_sentence", "sentences"}`` gets the cosine
+similarities, the Inference API's sentence-similarity), predict for a classification or pair
+model (rerank for a pair model given ``query``), and, where TEI has no route, the Inference API's
+answers: token classification (``[{"entity_group", "score", "word", "start", "end"}]``) for NER,
+question answering (``{"answer", "score", "start", "end"}``) for QA and fill-mask for MLM.
 
 Scores (pure, below): a cross-encoder reranks by its regression score, or, for a label model, by
 the probability of its last label (the positive class of a binary model); ``raw_scores`` gives
@@ -19,15 +31,20 @@ Example:
     [{'label': '1', 'score': 0.8}, {'label': '0', 'score': 0.2}]
     >>> predict_inputs(["a question", "a passage"])
     (False, [('a question', 'a passage')])
+    >>> token_groups({"entities": [{"type": "PER", "text": "Ann", "start": 0, "end": 3, "score": 0.9}]})
+    [{'entity_group': 'PER', 'score': 0.9, 'word': 'Ann', 'start': 0, 'end': 3}]
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, WithJsonSchema
+import numpy as np
+from fastapi import APIRouter, Body, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, WithJsonSchema
 
 from ..inputs import describe
 from .compat_openai import (
@@ -45,7 +62,12 @@ from .compat_openai import (
 from .errors import ApiError
 from .models import choose_model
 
+logger = logging.getLogger(__name__)
+
 router = APIRouter(tags=["text-embeddings-inference-compatible"])
+
+#: The answer header naming the request fields a TEI route ignored.
+IGNORED_HEADER = "X-Ignored-Fields"
 
 #: Probabilities are written with 6 decimals: log-odds are taken within these bounds.
 _EPSILON = 1e-7
@@ -81,6 +103,70 @@ def tei_predictions(record: dict[str, Any], raw: bool) -> list[dict[str, Any]]:
     else:
         scores = {label: float(p) for label, p in probabilities.items()}
     return [{"label": label, "score": s} for label, s in sorted(scores.items(), key=lambda kv: -kv[1])]
+
+
+def token_groups(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Inference API's token-classification answer (``aggregation_strategy="simple"``: one
+    group per entity) from an NER record: type, mean tag probability, text and character offsets."""
+    return [
+        {
+            "entity_group": e["type"],
+            "score": e["score"],
+            "word": e["text"],
+            "start": e["start"],
+            "end": e["end"],
+        }
+        for e in record["entities"]
+    ]
+
+
+def qa_answer(record: dict[str, Any]) -> dict[str, Any]:
+    """The Inference API's question-answering answer from a QA record; an abstention (SQuAD 2.0)
+    is the empty answer at 0, as transformers' pipeline gives it with ``handle_impossible_answer``."""
+    if record["no_answer"]:
+        return {"answer": "", "score": float(record.get("score") or 0.0), "start": 0, "end": 0}
+    return {
+        "answer": record["answer"],
+        "score": record["score"],
+        "start": record["start"],
+        "end": record["end"],
+    }
+
+
+def fill_mask_answer(record: dict[str, Any], tokenizer) -> list[Any]:
+    """The Inference API's fill-mask answer from an MLM record: for each candidate of the first
+    mask its ``score``, ``token`` id, ``token_str`` and the text with it filled in (a text of
+    several masks gets one such list per mask, as transformers' pipeline answers)."""
+    mask = tokenizer.mask_token
+    pieces = record["text"].replace("[MASK]", mask).replace("<mask>", mask).split(mask)
+    answers = []
+    for i, candidates in enumerate(record["masks"]):
+        before, after = mask.join(pieces[: i + 1]), mask.join(pieces[i + 1 :])
+        answer = []
+        for c in candidates:
+            word = tokenizer.convert_tokens_to_string([c["token"]]).strip()
+            answer.append(
+                {
+                    "score": c["score"],
+                    "token": int(tokenizer.convert_tokens_to_ids(c["token"])),
+                    "token_str": word,
+                    "sequence": f"{before}{word}{after}",
+                }
+            )
+        answers.append(answer)
+    return answers[0] if len(answers) == 1 else answers
+
+
+def cosines(query: np.ndarray, others: np.ndarray) -> list[float]:
+    """Cosine similarity of ``query`` to each row of ``others`` (the Inference API's sentence similarity).
+
+    Example:
+        >>> cosines(np.array([1.0, 0.0]), np.array([[2.0, 0.0], [0.0, 3.0]]))
+        [1.0, 0.0]
+    """
+    q = query / max(np.linalg.norm(query), 1e-12)
+    o = others / np.maximum(np.linalg.norm(others, axis=1, keepdims=True), 1e-12)
+    return [float(x) for x in o @ q]
 
 
 def _sequence(value: Any, where: str) -> tuple[str, ...]:
@@ -132,7 +218,9 @@ _TRUNCATE = Field(
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # TEI ignores fields it does not know (huggingface_hub's client always sends "parameters"):
+    # kept here only to be named in the answer's X-Ignored-Fields header.
+    model_config = ConfigDict(extra="allow")
     model: StrictStr | None = _MODEL
     truncate: StrictBool = _TRUNCATE
     truncation_direction: StrictStr = Field(
@@ -188,6 +276,46 @@ class TeiPredictRequest(_Request):
     )
 
 
+class InferenceRequest(_Request):
+    """``POST /`` for a model TEI has no route for (NER, QA, MLM): the Inference API's body."""
+
+    inputs: Any = Field(
+        description='NER and MLM: a text or a list of texts; QA: {"question", "context"} or a list of them.'
+    )
+
+
+#: (route, ignored fields) already logged: the log says it once, the header on every answer.
+_LOGGED_IGNORED: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def note_ignored(body: BaseModel, request: Request, response: Response) -> None:
+    """Name the fields of ``body`` this route ignored in the answer's header; log them once."""
+    ignored = tuple(sorted(body.model_extra or ()))
+    if not ignored:
+        return
+    response.headers[IGNORED_HEADER] = ", ".join(ignored)
+    key = (request.url.path, ignored)
+    if key not in _LOGGED_IGNORED:
+        _LOGGED_IGNORED.add(key)
+        logger.info(
+            "POST %s: ignored the field(s) %s, unknown to this route (as text-embeddings-inference "
+            "ignores them); each such answer names them in its %s header",
+            request.url.path,
+            ", ".join(ignored),
+            IGNORED_HEADER,
+        )
+
+
+def _validated(model: type[BaseModel], body: dict[str, Any]):
+    """``body`` as ``model``; a bad field is the same 400 FastAPI gives on the route of its own."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as error:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in error.errors()], body=body
+        ) from None
+
+
 # ---- routes --------------------------------------------------------------------------------------
 def _example(answer: Any) -> dict:
     """A 200 answer example for /docs."""
@@ -199,8 +327,9 @@ def _example(answer: Any) -> dict:
     summary="text-embeddings-inference: one vector per input",
     responses=_example([[0.0123, -0.0456, 0.0789]]),
 )
-async def tei_embed(body: EmbedRequest, request: Request) -> list[list[float]]:
+async def tei_embed(body: EmbedRequest, request: Request, response: Response) -> list[list[float]]:
     """One vector per input, as ``embedding encode`` gives it (``normalize``: at unit length)."""
+    note_ignored(body, request, response)
     body.check_direction()
     texts = check_texts(body.inputs, "inputs")
     served = choose_model(request, body.model, ("embedding",), "/embed")
@@ -218,9 +347,10 @@ async def tei_embed(body: EmbedRequest, request: Request) -> list[list[float]]:
     summary="text-embeddings-inference: texts ranked against a query",
     responses=_example([{"index": 1, "score": 0.93}, {"index": 0, "score": 0.12}]),
 )
-async def tei_rerank(body: RerankRequest, request: Request) -> list[dict[str, Any]]:
+async def tei_rerank(body: RerankRequest, request: Request, response: Response) -> list[dict[str, Any]]:
     """``texts`` ranked by relevance to ``query``, highest first: a pair model's score or an
     embedding model's cosine similarity."""
+    note_ignored(body, request, response)
     body.check_direction()
     texts = check_texts(body.texts, "texts")
     served = choose_model(request, body.model, ("pair", "embedding"), "/rerank")
@@ -254,8 +384,9 @@ async def tei_rerank(body: RerankRequest, request: Request) -> list[dict[str, An
     summary="text-embeddings-inference: every label with its score",
     responses=_example([{"label": "pos", "score": 0.97}, {"label": "neg", "score": 0.03}]),
 )
-async def tei_predict(body: TeiPredictRequest, request: Request) -> list[Any]:
+async def tei_predict(body: TeiPredictRequest, request: Request, response: Response) -> list[Any]:
     """Every label with its score, highest first, per input (a list of those for a batch)."""
+    note_ignored(body, request, response)
     body.check_direction()
     batch, sequences = predict_inputs(body.inputs)
     served = choose_model(request, body.model, ("classification", "pair"), "/predict")
@@ -283,3 +414,147 @@ async def tei_predict(body: TeiPredictRequest, request: Request) -> list[Any]:
     results = await served.predict(records, overrides, request=request)
     answers = [tei_predictions(r, body.raw_scores) for r in results]
     return answers if batch else answers[0]
+
+
+#: What ``POST /`` answers for each kind of model (in /docs and in the error naming the routes).
+ROOT_ANSWERS = {
+    "embedding": "embed (rerank given query and texts; sentence similarity given source_sentence and sentences)",
+    "classification": "predict",
+    "pair": "predict (rerank given query and texts)",
+    "ner": "token classification",
+    "qa": "question answering",
+    "mlm": "fill-mask",
+}
+
+
+def _root_model(request: Request, name: Any, route: str):
+    """The model ``POST /`` answers for: the one named, or the only one served."""
+    served = request.app.state.served
+    if name is None and len(served) > 1:
+        listing = ", ".join(f"{m.name} ({m.task})" for m in served.values())
+        raise ApiError(
+            400,
+            f"model: {route} answers by the kind of one model and {len(served)} are served ({listing}); "
+            "name one in model, or post to a route of its kind (/embed, /predict, /rerank, "
+            "/v1/models/NAME/predict)",
+            "model",
+        )
+    return choose_model(request, name, (), route)
+
+
+def _texts(value: Any) -> tuple[bool, list[str]]:
+    """(batch, texts) of a NER or MLM ``inputs``: a text, or a non-empty list of texts."""
+    if isinstance(value, str):
+        return False, [value]
+    return True, check_texts(value, "inputs")
+
+
+async def _similarity(served, body: dict[str, Any], request: Request) -> list[float]:
+    """The Inference API's sentence similarity: ``source_sentence`` against each of ``sentences``."""
+    inputs = body["inputs"]
+    source = inputs.get("source_sentence")
+    if not isinstance(source, str):
+        raise ApiError(
+            400,
+            f"inputs.source_sentence: expected a string, found {describe(source)}",
+            "inputs.source_sentence",
+        )
+    sentences = check_texts(inputs.get("sentences"), "inputs.sentences")
+    vectors, _ = await embed(served, [source, *sentences], "inputs", request)
+    return cosines(vectors[0], vectors[1:])
+
+
+async def _inference_answer(served, body: InferenceRequest, request: Request) -> Any:
+    """NER, QA and MLM on ``POST /``: the Inference API's answer for the model's kind."""
+    if served.task == "qa":
+        batch = isinstance(body.inputs, list)
+        items = body.inputs if batch else [body.inputs]
+        records = parse_named(
+            served, items, "inputs", lambda i, key: f"inputs[{i}].{key}" if batch else f"inputs.{key}"
+        )
+        answers = [qa_answer(r) for r in await served.predict(records, request=request)]
+    else:
+        batch, texts = _texts(body.inputs)
+        records = parse_named(
+            served, [{"text": t} for t in texts], "inputs", lambda i, _: f"inputs[{i}]" if batch else "inputs"
+        )
+        results = await served.predict(records, request=request)
+        if served.task == "ner":
+            answers = [token_groups(r) for r in results]
+        else:
+            answers = [fill_mask_answer(r, served.predictor.tokenizer) for r in results]
+    return answers if batch else answers[0]
+
+
+@router.post(
+    "/",
+    summary="text-embeddings-inference: answered by the model's kind (embed, predict, rerank, ...)",
+    description="Embedding model: embed; classification or pair: predict; a body with query and "
+    "texts: rerank; NER: token classification; QA: question answering; MLM: fill-mask (the Inference "
+    "API's answers). The body of the route it stands for.",
+)
+@router.post(
+    "/invocations",
+    summary="As POST /, under SageMaker's path",
+)
+async def tei_root(request: Request, response: Response, body: Any = Body(...)) -> Any:
+    """What ``huggingface_hub.InferenceClient(base_url=server)`` posts to, whatever its task."""
+    if not isinstance(body, dict):
+        raise ApiError(400, f"request body: expected a JSON object, found {describe(body)}", "request body")
+    route = request.url.path
+    served = _root_model(request, body.get("model"), route)
+    task = served.task
+    if task in ("pair", "embedding") and "query" in body:
+        return await tei_rerank(_validated(RerankRequest, body), request, response)
+    if task == "embedding":
+        if isinstance(body.get("inputs"), dict):
+            note_ignored(_validated(InferenceRequest, body), request, response)
+            return await _similarity(served, body, request)
+        return await tei_embed(_validated(EmbedRequest, body), request, response)
+    if task in ("classification", "pair"):
+        return await tei_predict(_validated(TeiPredictRequest, body), request, response)
+    parsed = _validated(InferenceRequest, body)
+    note_ignored(parsed, request, response)
+    return await _inference_answer(served, parsed, request)
+
+
+def _model_type(served) -> dict[str, Any]:
+    """TEI's ``model_type``: ``embedding`` (with its pooling), ``classifier`` (labels) or
+    ``reranker`` (a pair model), and this toolkit's other tasks under their own names."""
+    settings = served.predictor.settings if served.predictor is not None else None
+    if served.task == "embedding":
+        return {"embedding": {"pooling": str(getattr(settings, "pooling", None) or "mean")}}
+    if served.task in ("classification", "pair"):
+        labels = list(getattr(settings, "label_names", None) or [])
+        kind = "reranker" if served.task == "pair" else "classifier"
+        return {kind: {"id2label": dict(enumerate(labels)), "label2id": {n: i for i, n in enumerate(labels)}}}
+    return {served.task: {}}
+
+
+@router.get("/info", summary="text-embeddings-inference: the served model, its kind and limits")
+async def tei_info(request: Request, model: str | None = None) -> dict[str, Any]:
+    """TEI's ``/info`` for the one model served (or the one ``?model=NAME`` names)."""
+    from .. import __version__
+
+    served = _root_model(request, model, "/info")
+    options = request.app.state.options
+    limit = max_tokens(served.predictor) if served.predictor is not None else None
+    return {
+        "model_id": served.name,
+        "model_sha": None,
+        "model_dtype": options.precision,
+        "model_type": _model_type(served),
+        "max_concurrent_requests": None,
+        "max_input_length": limit,
+        "max_batch_tokens": options.max_batch_tokens,
+        "max_batch_requests": None,
+        "max_client_batch_size": options.max_inputs_per_request,
+        "auto_truncate": False,
+        "tokenization_workers": 1,
+        "version": __version__,
+        "sha": None,
+        "docker_label": None,
+        "task": served.task,
+        "model_dir": served.model_dir,
+        "state": served.state,
+    }

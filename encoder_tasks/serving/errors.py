@@ -53,7 +53,7 @@ class ApiError(Exception):
 
 
 #: Paths whose clients read text-embeddings-inference's error shape.
-TEI_PATHS = frozenset({"/embed", "/rerank", "/predict"})
+TEI_PATHS = frozenset({"/embed", "/rerank", "/predict", "/", "/invocations", "/info"})
 
 
 def style_for(path: str) -> str:

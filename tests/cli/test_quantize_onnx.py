@@ -13,9 +13,9 @@ import pytest
 
 from encoder_tasks import runtimes
 from encoder_tasks.cli import main
+from encoder_tasks.commands.quantize import quantize_run
 from encoder_tasks.errors import UserError
 from encoder_tasks.inference import Predictor
-from encoder_tasks.commands.quantize import quantize_run
 from tests.helpers import error_line, read_json
 from tests.samples import STS_COLUMNS
 

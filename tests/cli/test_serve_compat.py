@@ -261,7 +261,6 @@ BAD_TEI = [
         400,
         "dimensions: expected a positive integer",
     ),
-    ("/embed", {"inputs": "a", "model": "emb", "prompt": "x"}, 400, "prompt: unknown field"),
     ("/embed", {"inputs": "a", "model": "emb", "truncation_direction": "left"}, 400, "truncation_direction:"),
     ("/rerank", {"query": "q", "texts": [], "model": "pair"}, 400, "texts: expected at least one text"),
     ("/rerank", {"texts": ["a"], "model": "pair"}, 400, "query: expected a value, found nothing"),

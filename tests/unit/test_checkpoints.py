@@ -100,6 +100,7 @@ def test_best_model_checkpoint_survives_atomic_saves(tiny_bert, tmp_path, capsys
     argv += ["--per_device_train_batch_size", "4", "--eval_strategy", "steps", "--eval_steps", "1"]
     argv += ["--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "1"]
     argv += ["--load_best_model_at_end", "--metric_for_best_model", "loss", "--report_to", "none"]
+    argv += ["--keep_checkpoints", "true"]  # looked into below (a finished run removes them otherwise)
     assert main(argv) == 0
     kept = sorted(p.name for p in out.iterdir() if checkpoint_step(p) is not None)
     state = json.loads((out / kept[-1] / "trainer_state.json").read_text())

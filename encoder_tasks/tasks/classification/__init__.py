@@ -62,6 +62,11 @@ class ClassificationTask(Task):
 
         return tune_after_training(trainer, prepared, task_args)
 
+    def evaluation_records(self, split, prepared, predictions, label_ids):
+        from .metrics import evaluation_records
+
+        return evaluation_records(split, prepared.settings, predictions, label_ids)
+
     def predict(self, args) -> dict[str, Any]:
         from .predict import predict_file
 

@@ -132,3 +132,47 @@ def warn_if_evaluating_on_tuning_data(settings: ClassificationSettings, source: 
         "the model's multi-label thresholds",
         "evaluate on data the model has not seen; the training run's eval_* in metrics.json are scored at 0.5",
     )
+
+
+def evaluation_records(split, settings: ClassificationSettings, predictions, label_ids) -> list[dict]:
+    """``evaluate --write_predictions``: per row of ``split``, its text (and pair), the gold label
+    and the predicted one (multi-label: the label lists; regression: the scores and the error).
+
+    Example:
+        >>> import datasets
+        >>> from encoder_tasks.data import Split
+        >>> split = Split("validation", "dev.csv", datasets.Dataset.from_dict({"text": ["good", "bad"]}))
+        >>> settings = ClassificationSettings(label_names=["neg", "pos"], text_column="text")
+        >>> evaluation_records(split, settings, np.array([[0.1, 0.9], [0.2, 0.8]]), np.array([1, 0]))[1]
+        {'text': 'bad', 'gold': 'neg', 'prediction': 'pos', 'correct': False}
+    """
+    from ...data import resolve_column
+
+    logits = np.asarray(predictions[0] if isinstance(predictions, tuple) else predictions, dtype=np.float32)
+    references = np.asarray(label_ids)
+    if len(logits) != len(split.dataset):
+        raise ValueError(f"{len(logits)} predictions for {len(split.dataset)} rows of {split.source}")
+    text_col = resolve_column(split, settings.text_column, "text")
+    pair_col = (
+        resolve_column(split, settings.text_pair_column, "text_pair") if settings.text_pair_column else None
+    )
+    names = settings.label_names
+    records = []
+    for i in range(len(logits)):
+        record = {"text": split.dataset[i][text_col]}
+        if pair_col:
+            record["text_pair"] = split.dataset[i][pair_col]
+        if settings.problem_type == "regression":
+            gold, predicted = float(references[i]), float(logits[i].reshape(-1)[0])
+            record.update(gold=gold, prediction=round(predicted, 6), error=round(predicted - gold, 6))
+        elif settings.problem_type == "multi_label":
+            thresholds = np.asarray(settings.thresholds or [0.5] * len(names))
+            chosen = sigmoid(logits[i]) >= thresholds
+            gold = [n for n, on in zip(names, references[i]) if on]
+            predicted = [n for n, on in zip(names, chosen) if on]
+            record.update(gold=gold, prediction=predicted, correct=gold == predicted)
+        else:
+            gold, predicted = names[int(references[i])], names[int(logits[i].argmax())]
+            record.update(gold=gold, prediction=predicted, correct=gold == predicted)
+        records.append(record)
+    return records

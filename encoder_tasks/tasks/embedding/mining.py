@@ -164,8 +164,10 @@ def mine_file(args: MineArguments) -> dict:
 
         scorer = CrossEncoderScorer.load(args.cross_encoder, batch_size=args.batch_size)
 
+    from ...reporting.tracking import progress
+
     candidate_lists = []
-    for q in distinct_queries:
+    for q in progress(distinct_queries, desc="mining", total=len(distinct_queries), unit="query"):
         lists = []
         sims = c_vectors @ q_vectors[q_index[q]]
         if args.candidates in ("model", "both"):

@@ -42,7 +42,10 @@ def exact_search(
     k = min(top_k, corpus.shape[0])
     indices = np.full((len(queries), top_k), -1, dtype=np.int64)
     scores = np.full((len(queries), top_k), -np.inf, dtype=np.float32)
-    for start in range(0, len(queries), block):
+    from ...reporting.tracking import progress
+
+    starts = range(0, len(queries), block)
+    for start in progress(starts, desc="searching", total=len(starts), unit="block"):
         sims = queries[start : start + block] @ corpus.T
         if exclude is not None:
             for row in range(sims.shape[0]):

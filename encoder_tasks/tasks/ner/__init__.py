@@ -73,6 +73,11 @@ class NerTask(Task):
 
         return parse_input(record, where, settings)
 
+    def evaluation_records(self, split, prepared, predictions, label_ids):
+        from .metrics import evaluation_records
+
+        return evaluation_records(split, prepared.compute_metrics, predictions)
+
     def predict_inputs(self, model, tokenizer, inputs, args):
         from .predict import predict_inputs
 

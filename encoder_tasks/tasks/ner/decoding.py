@@ -94,3 +94,35 @@ def cpu_crf_copy(model) -> LinearChainCRF | None:
     copy.allowed = crf.allowed.cpu() if crf.allowed is not None else None
     copy.allowed_start = crf.allowed_start.cpu() if crf.allowed_start is not None else None
     return copy
+
+
+def crf_from_arrays(arrays: dict) -> LinearChainCRF:
+    """A CRF whose scores are an export's ``crf.npz`` (transitions, start, end; the tag
+    constraints already folded in, so none are added again).
+
+    Example:
+        >>> crf = crf_from_arrays({"transitions": np.zeros((2, 2)), "start": np.ones(2), "end": np.zeros(2)})
+        >>> crf.scores()[1].tolist()
+        [1.0, 1.0]
+    """
+    crf = LinearChainCRF(int(np.asarray(arrays["transitions"]).shape[0]))
+    with torch.no_grad():
+        crf.transitions.copy_(torch.as_tensor(np.asarray(arrays["transitions"]), dtype=torch.float32))
+        crf.start_transitions.copy_(torch.as_tensor(np.asarray(arrays["start"]), dtype=torch.float32))
+        crf.end_transitions.copy_(torch.as_tensor(np.asarray(arrays["end"]), dtype=torch.float32))
+    return crf
+
+
+def decode_exported(emissions: list[np.ndarray], settings: dict, crf: dict | None = None) -> list[list[str]]:
+    """``predict``'s tags (in the training data's scheme) from an ONNX export's word scores: the
+    same decoder (the CRF's Viterbi, or the constrained Viterbi/argmax ``decoding`` asks for).
+    What :meth:`encoder_tasks.export.OnnxModel.tag` takes as ``decode``."""
+    from .schemes import from_iob2
+
+    label_names = list(settings["label_names"])
+    scheme = settings.get("tag_scheme", "iob2")
+    mode = settings.get("decoding", "auto")
+    if mode == "auto":
+        mode = "argmax" if scheme == "none" else "viterbi"
+    tags, _ = decode(emissions, label_names, crf_from_arrays(crf) if crf else None, mode)
+    return [from_iob2(t, scheme) for t in tags]

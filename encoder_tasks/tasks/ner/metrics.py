@@ -26,6 +26,42 @@ from .decoding import cpu_crf_copy, decode, decoding_mode
 from .features import stitch
 
 
+def entity_errors(references: list[list[str]], predictions: list[list[str]]) -> dict[str, int]:
+    """Entity errors by kind, sentence by sentence: a gold entity predicted nowhere near
+    (``missed``), with the right span but another type (``wrong_type``), or overlapping a
+    prediction with other boundaries (``wrong_boundary``, whatever its type); a predicted entity
+    overlapping no gold one (``spurious``). Exact matches are ``correct``.
+
+    Example:
+        >>> gold = [["B-PER", "I-PER", "O", "B-LOC", "O", "O"]]
+        >>> pred = [["B-ORG", "I-ORG", "O", "B-LOC", "I-LOC", "B-PER"]]
+        >>> entity_errors(gold, pred)
+        {'correct': 0, 'missed': 0, 'spurious': 1, 'wrong_type': 1, 'wrong_boundary': 1}
+    """
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    counts = dict.fromkeys(("correct", "missed", "spurious", "wrong_type", "wrong_boundary"), 0)
+    for gold_tags, pred_tags in zip(references, predictions):
+        gold = {(k, s, e) for k, s, e in get_entities(list(gold_tags))}
+        pred = {(k, s, e) for k, s, e in get_entities(list(pred_tags))}
+
+        def overlaps(a, others):
+            return [o for o in others if o[1] <= a[2] and a[1] <= o[2]]
+
+        for entity in gold:
+            near = overlaps(entity, pred)
+            if entity in pred:
+                counts["correct"] += 1
+            elif not near:
+                counts["missed"] += 1
+            elif any((o[1], o[2]) == (entity[1], entity[2]) for o in near):
+                counts["wrong_type"] += 1
+            else:
+                counts["wrong_boundary"] += 1
+        counts["spurious"] += sum(1 for entity in pred if not overlaps(entity, gold))
+    return counts
+
+
 def entity_metrics(references: list[list[str]], predictions: list[list[str]]) -> dict:
     """seqeval scores of IOB2 predictions against IOB2 references."""
     from seqeval.metrics import classification_report, f1_score, precision_score, recall_score
@@ -43,6 +79,8 @@ def entity_metrics(references: list[list[str]], predictions: list[list[str]]) ->
         for name, row in report.items()
         if not name.endswith(" avg")
     }
+    from seqeval.metrics.sequence_labeling import get_entities
+
     flat_ref = [t for s in references for t in s]
     flat_pred = [t for s in predictions for t in s]
     accuracy = float(np.mean([a == b for a, b in zip(flat_ref, flat_pred)])) if flat_ref else 0.0
@@ -55,6 +93,10 @@ def entity_metrics(references: list[list[str]], predictions: list[list[str]]) ->
         "recall_lenient": float(recall_score(references, predictions, zero_division=0)),
         "accuracy": accuracy,
         "per_type": per_type,
+        # A model that tags everything O is told apart (encoder_tasks.diagnosis).
+        "predicted_entities": len(get_entities(predictions)),
+        "gold_entities": len(get_entities(references)),
+        "errors": entity_errors(references, predictions),
     }
 
 
@@ -143,3 +185,30 @@ class TaggingMetrics:
         if self.settings.tag_scheme == "none":
             return plain_tag_metrics(self.references, predictions, self.settings.label_names)
         return entity_metrics(self.references, predictions)
+
+
+def evaluation_records(split, metrics: TaggingMetrics, predictions) -> list[dict]:
+    """``evaluate --write_predictions``: per sentence of ``split`` its tokens, the gold and
+    predicted tags (IOB2), whether every tag is right, and its entity errors by kind."""
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    from .reading import read_sentences
+
+    settings = metrics.settings
+    tokens, _ = read_sentences(split, settings.tokens_column, None, settings.token_prefix)
+    predicted = metrics.decode(predictions)
+    records = []
+    for words, gold, tags in zip(tokens, metrics.references, predicted):
+        errors = entity_errors([gold], [tags])
+        records.append(
+            {
+                "tokens": list(words),
+                "gold": list(gold),
+                "prediction": list(tags),
+                "correct": list(gold) == list(tags),
+                "gold_entities": [[k, s, e + 1] for k, s, e in get_entities(list(gold))],
+                "predicted_entities": [[k, s, e + 1] for k, s, e in get_entities(list(tags))],
+                "errors": {k: v for k, v in errors.items() if v and k != "correct"},
+            }
+        )
+    return records

@@ -22,9 +22,11 @@ from .crf import viterbi
 
 
 def decode_tags(onnx_model, logits: np.ndarray, mask: np.ndarray) -> list[list[str]]:
-    """Tag names per real position of ``logits [batch, length, tags]`` (``mask``: real positions)
-    of an :class:`encoder_tasks.export.onnx_runtime.OnnxModel`: the CRF's Viterbi when the model
-    has a CRF, else the best tag per position."""
+    """Tag names per real sub-token position of ``logits [batch, length, tags]`` (``mask``: real
+    positions, ``[CLS]`` and ``[SEP]`` included) of an
+    :class:`encoder_tasks.export.onnx_runtime.OnnxModel`: the CRF's Viterbi when the model has a
+    CRF, else the best tag per position. For ``predict``'s tags, one per word, use
+    ``OnnxModel.tag(sentences, decoding.decode_exported)``."""
     names = onnx_model.label_names
     mask = np.asarray(mask).astype(bool)
     if onnx_model.crf is not None:

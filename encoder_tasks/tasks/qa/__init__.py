@@ -56,6 +56,11 @@ class QATask(Task):
 
         return prepare(splits, tokenizer, task_args, data_args, saved=saved)
 
+    def evaluation_records(self, split, prepared, predictions, label_ids):
+        from .metrics import evaluation_records
+
+        return evaluation_records(prepared.compute_metrics, predictions, label_ids)
+
     def build_model(self, encoder, settings, training=None):
         from .model import ExtractiveQuestionAnswering
 

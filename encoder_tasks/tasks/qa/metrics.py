@@ -166,6 +166,13 @@ class QAEvaluator:
             spans = {str(i): r["answer"] for i, r in results.items()}
             diffs = None
         metrics = score_predictions(golds, spans, diffs, self.metric, self.settings.null_threshold)
+        # A model that abstains on every question is told apart (encoder_tasks.diagnosis).
+        # (v2.0: as the official script decides, a null score difference above the threshold abstains.)
+        threshold = self.settings.null_threshold
+        metrics["answered"] = sum(
+            1 for key, span in spans.items() if span and (diffs is None or diffs[key] <= threshold)
+        )
+        metrics["questions"] = len(self.examples)
         self.last_predictions = {self.examples.ids[i]: r for i, r in results.items()}
         return metrics
 
@@ -188,3 +195,34 @@ def warn_if_evaluating_on_tuning_data(settings, saved, source: str) -> bool:
         f"the model's v2.0 null threshold ({saved.null_threshold:g})",
         "give --null_threshold to score at another value, or evaluate on data the model has not seen",
     )
+
+
+def evaluation_records(evaluator: QAEvaluator, predictions, label_ids) -> list[dict]:
+    """``evaluate --write_predictions``: per question its id, question, gold answers, the answer
+    given (``""``: abstained, as the v2.0 threshold decides) and whether it matches one exactly."""
+    from .evaluation import exact_score
+
+    start_logits, end_logits = predictions[:2]
+    results = evaluator.predict(start_logits, end_logits, label_ids)
+    examples, settings = evaluator.examples, evaluator.settings
+    records = []
+    for i in range(len(examples)):
+        result = results.get(i)
+        if result is None:
+            answer = ""
+        elif settings.version_2_with_negative:
+            abstains = result["null_score_diff"] > settings.null_threshold
+            answer = "" if abstains else result["best_span"]
+        else:
+            answer = result["answer"]
+        golds = list(examples.answers[i]["text"]) or [""]
+        records.append(
+            {
+                "id": examples.ids[i],
+                "question": examples.questions[i],
+                "gold": [g for g in golds if g],
+                "prediction": answer,
+                "correct": any(exact_score(g, answer) for g in golds),
+            }
+        )
+    return records
