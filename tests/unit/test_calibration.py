@@ -275,3 +275,17 @@ def test_train_reports_calibration_and_saves_the_temperature(tmp_path, tiny_bert
     saved = read_json(tmp_path / "run" / "encoder_tasks.json")["settings"]
     assert saved["temperature"] == metrics["tuned_temperature"]
     assert (tmp_path / "run" / "reliability.png").is_file()
+
+
+def test_evaluate_warns_on_the_data_the_temperature_was_fitted_on(tmp_path, caplog):
+    from encoder_tasks.data.fingerprint import data_fingerprint
+    from encoder_tasks.tasks.classification.metrics import warn_if_evaluating_on_tuning_data
+
+    dev = write(tmp_path / "dev.csv", "text,label\na,x\n")
+    other = write(tmp_path / "other.csv", "text,label\nb,y\n")
+    settings = TASK.Settings(
+        label_names=["x", "y"], temperature=1.3, temperature_fitted_on=data_fingerprint(dev)
+    )
+    assert warn_if_evaluating_on_tuning_data(settings, str(dev))
+    assert "the model's temperature (--calibrate temperature): tuned on" in caplog.text
+    assert not warn_if_evaluating_on_tuning_data(settings, str(other))

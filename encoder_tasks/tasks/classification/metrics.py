@@ -216,8 +216,16 @@ def fit_calibration(trainer, prepared, task_args) -> dict:
 
 
 def warn_if_evaluating_on_tuning_data(settings: ClassificationSettings, source: str) -> bool:
-    """``evaluate`` scores a multi-label model with its saved thresholds (as ``predict`` uses
-    them): warn when ``source`` is the data they were tuned on."""
+    """``evaluate`` scores a model with what it saved after training (as ``predict`` uses it):
+    warn when ``source`` is the data that was tuned on (multi-label thresholds, the
+    ``--calibrate temperature`` of a single-label model)."""
+    if settings.problem_type == "single_label":
+        return warn_if_tuned_on(
+            settings.temperature_fitted_on,
+            source,
+            "the model's temperature (--calibrate temperature)",
+            "its ECE/NLL/Brier there are in-sample; evaluate on data the model has not seen",
+        )
     if settings.problem_type != "multi_label":
         return False
     return warn_if_tuned_on(
