@@ -84,7 +84,7 @@ format: $(STAMP)  ## ruff format + autofix
 	$(BIN)/ruff check --fix encoder_tasks tests benchmarks
 
 bench: $(STAMP)  ## The training benchmark against the stock Trainer, 3 seeds (TASK=classification; ARGS="--size quick")
-	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_all.py --tasks $(TASK) $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m benchmarks.bench_all --tasks $(TASK) $(ARGS)
 
 clean:  ## Remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,10 +1,10 @@
 """The training benchmark: every task, every contender, every seed, one script, one result file.
 
-    python benchmarks/bench_all.py                                  # standard sizes, all 5 tasks, 3 seeds
-    python benchmarks/bench_all.py --size quick --tasks classification --seeds 1   # a smoke run
-    python benchmarks/bench_all.py --variant "toolkit-tokens=--max_tokens_per_batch 256" \
+    python -m benchmarks.bench_all                                  # standard sizes, all 5 tasks, 3 seeds
+    python -m benchmarks.bench_all --size quick --tasks classification --seeds 1   # a smoke run
+    python -m benchmarks.bench_all --variant "toolkit-tokens=--max_tokens_per_batch 256" \
         --variant "toolkit-tokens@qa=--max_tokens_per_batch 4096"      # one budget per task
-    python benchmarks/bench_all.py --resume /tmp/bench_all-training-standard-<stamp>.partial.json
+    python -m benchmarks.bench_all --resume /tmp/bench_all-training-standard-<stamp>.partial
 
 For each task (``benchmarks/suite/<task>.py``: its data, splits, sizes and stock setup) it
 trains every contender of ``common.CONTENDERS`` once per seed of ``common.SEEDS``:
@@ -19,9 +19,9 @@ trains every contender of ``common.CONTENDERS`` once per seed of ``common.SEEDS`
 Every run is its own process (``common.worker_env()``; toolkit contenders apply the toolkit's
 CPU runtime defaults before torch loads, as the CLI does), one after the other, never two at
 once. Within a task the order is seed-major (seed 1: every contender, then seed 2, ...), so a
-machine that slowly drifts slows every contender alike. After each run the runs so far are
-saved to a partial file (its path is printed first); ``--resume`` continues one, skipping the
-runs that succeeded. A failed run is recorded with the tail of its log and the benchmark goes
+machine that slowly drifts slows every contender alike. Each run is saved as it finishes, one
+file per run in a partial folder (its path is printed first; ``harness.cached``); ``--resume``
+continues one, skipping the runs that succeeded. A failed run is recorded with the tail of its log and the benchmark goes
 on. The result file, ``benchmarks/results/training-<size>-<timestamp>.json``, holds the
 command, the sizes and datasets, every run, a per task x contender summary (mean and spread
 over seeds) and the ``training``, ``time-shares`` and ``targets`` tables the docs cite
@@ -41,10 +41,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.common import CONTENDERS, SEEDS, mean_spread, save_results, worker_env  # noqa: E402
-from benchmarks.tables import render_markdown  # noqa: E402
+from benchmarks.common import CONTENDERS, SEEDS, mean_spread, save_results, worker_env
+from benchmarks.harness import REPO, cached, invocation, module_command
+from benchmarks.tables import render_markdown
 
 TASKS = ("classification", "ner", "pair", "qa", "mlm")
 #: What the summary gives mean and spread for, per task x contender.
@@ -102,7 +101,8 @@ def _subprocess(args: list[str], log: Path) -> tuple[int, float]:
     start = time.perf_counter()
     with log.open("w") as output:
         done = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), *args],
+            module_command("bench_all", *args),
+            cwd=REPO,
             env=worker_env(),
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -145,7 +145,8 @@ def launch(task: str, contender: str, seed: int, size: str, flags: list[str], lo
     return row
 
 
-def describe(task: str, size: str, logs: Path) -> dict:
+def task_sizes(task: str, size: str, logs: Path) -> dict:
+    """The suite module's ``describe(size)``, dataset line and stock script (from its own process)."""
     log = logs / f"{task}-describe.log"
     result = log.with_suffix(".json")
     code, _ = _subprocess(["--describe", task, "--size", size, "--result", str(result)], log)
@@ -516,37 +517,46 @@ def main(argv: list[str] | None = None) -> None:
     variants, per_task = parse_variants(args.variant)
     contenders = {c: [] for c in CONTENDERS} | variants
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    runs: list[dict] = []
-    partial = Path(tempfile.gettempdir()) / f"bench_all-training-{args.size}-{stamp}.partial.json"
+    partial = Path(tempfile.gettempdir()) / f"bench_all-training-{args.size}-{stamp}.partial"
     if args.resume:
-        previous = json.loads(args.resume.read_text())
+        previous = cached(args.resume / "run.json")
+        if previous is None:
+            sys.exit(
+                f"--resume {args.resume}: expected the partial folder of a run (with run.json), found none"
+            )
         if previous["size"] != args.size:
             sys.exit(f"{args.resume} is a --size {previous['size']} run, not {args.size}")
-        runs = [r for r in previous["runs"] if "error" not in r]
         partial = args.resume
     logs = Path(tempfile.mkdtemp(prefix=f"bench_all-{stamp}-"))
     print(f"[bench_all] partial results: {partial}\n[bench_all] logs: {logs}", flush=True)
     begin = time.perf_counter()
-    sizes = {task: describe(task, args.size, logs) for task in tasks}
-    command = [sys.executable, sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
-    record = {"command": shlex.join(command), "size": args.size, "runs": runs}
-    done = {(r["task"], r["contender"], r["seed"]) for r in runs}
-    for task, contender, seed in plan(tasks, seeds, contenders, per_task):
-        if (task, contender, seed) in done:
-            continue
-        flags = flags_for(contenders, per_task, contender, task)
-        runs.append(launch(task, contender, seed, args.size, flags, logs))
-        partial.write_text(json.dumps(record, indent=2, default=str))  # a crash loses nothing
-    # Rows in the plan's order, whatever order a resumed file held them in.
-    order = {key: i for i, key in enumerate(plan(tasks, seeds, contenders, per_task))}
-    runs.sort(key=lambda r: order.get((r["task"], r["contender"], r["seed"]), len(order)))
+    sizes = {task: task_sizes(task, args.size, logs) for task in tasks}
+    command = invocation("bench_all", argv)
+    cached(partial / "run.json", lambda: {"command": command, "size": args.size})  # what --resume checks
+    # One file per run, written as it finishes (a crash loses nothing); a failed run is run again.
+    planned = plan(tasks, seeds, contenders, per_task)
+    runs = [
+        cached(
+            partial / f"{task}-{contender}-seed{seed}.json",
+            lambda t=task, c=contender, s=seed: launch(
+                t, c, s, args.size, flags_for(contenders, per_task, c, t), logs
+            ),
+            keep=lambda row: "error" not in row,
+        )
+        for task, contender, seed in planned
+    ]
+    # Runs a resumed folder holds beyond this plan (other tasks or seeds) come after its rows.
+    names = {f"{t}-{c}-seed{s}.json" for t, c, s in planned}
+    for path in sorted(partial.glob("*-seed*.json")):
+        if path.name not in names and "error" not in (row := cached(path)):
+            runs.append(row)
     summary = summarise(runs)
     found_targets = targets(summary)
     tables = build_tables(summary, sizes, found_targets)
     path = save_results(
         f"training-{args.size}",
         {
-            "command": record["command"],
+            "command": command,
             "size": args.size,
             "tasks": tasks,
             "seeds": seeds,

@@ -2,9 +2,9 @@
 after, on validation data and on held-out data, for several datasets; entity-score calibration
 for NER.
 
-    .venv/bin/python benchmarks/bench_calibration.py                                  # 4 datasets, 1 seed
-    .venv/bin/python benchmarks/bench_calibration.py --datasets sst2 --train_samples 500   # a smoke run
-    .venv/bin/python benchmarks/bench_calibration.py --table RESULT.json [MORE.json]      # the docs table
+    .venv/bin/python -m benchmarks.bench_calibration                                  # 4 datasets, 1 seed
+    .venv/bin/python -m benchmarks.bench_calibration --datasets sst2 --train_samples 500   # a smoke run
+    .venv/bin/python -m benchmarks.bench_calibration --table RESULT.json [MORE.json]      # the docs table
 
 The committed results (docs/calibration.md) ran as two invocations on a loaded machine:
 ``--datasets sst2,topic`` at the defaults (3,000 x 1 epoch, 1,000 validation, 1,000 held out) and
@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import platform
 import random
 import shutil
 import subprocess
@@ -56,11 +55,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import DATA, MINILM, RESULTS, require_data, worker_env
+from benchmarks.harness import REPO, describe
 
-from benchmarks.common import DATA, MINILM, RESULTS, environment, require_data, worker_env  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
 SQUAD = "qa/squad-v2-dev/dev-v2.0.json"
 WNUT = "ner/wnut17"
 NEEDS = {
@@ -78,17 +75,6 @@ TASKS = {
     "wnut17": "ner",
 }
 FIGURES = ("ece", "brier", "nll")
-
-
-def cpu_flags() -> list[str]:
-    """The CPU's feature flags (``/proc/cpuinfo``), which decide the kernels torch runs."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return sorted(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return []
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -301,7 +287,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"calibration-{time.strftime('%Y%m%d-%H%M%S')}.json"
     record: dict = {
-        "environment": {**environment(), "cpu_flags": cpu_flags(), "machine": platform.machine()},
+        "environment": describe(),
         "note": "shared machine: 2 CPU cores used by several jobs at once; timings are indicative only. "
         "One seed per dataset (time was short): the ECE differences are not given a spread.",
         "model": MINILM,

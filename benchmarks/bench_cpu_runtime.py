@@ -1,6 +1,6 @@
 """Which CPU runtime defaults should the toolkit set? Times MiniLM training steps under each.
 
-    python benchmarks/bench_cpu_runtime.py [--steps 12]
+    python -m benchmarks.bench_cpu_runtime [--steps 12]
 
 Each setting runs in fresh subprocesses (OpenMP reads its environment once, at start-up):
 OMP_WAIT_POLICY unset (a user's shell) or PASSIVE, and 1 or all cores' worth of threads,
@@ -19,11 +19,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.common import MINILM, print_table, save_results  # noqa: E402
+from benchmarks.common import MINILM, print_table, save_results
+from benchmarks.harness import REPO, module_command
 
 
 def worker(steps: int, bf16: bool) -> list[float]:
@@ -67,10 +65,10 @@ def main() -> None:
                 if policy != "(unset)":
                     env["OMP_WAIT_POLICY"] = policy
                 env["OMP_NUM_THREADS"] = str(threads)
-                cmd = [sys.executable, __file__, "--worker", precision, "--steps", str(args.steps)]
+                cmd = module_command("bench_cpu_runtime", "--worker", precision, "--steps", str(args.steps))
                 procs = [
                     subprocess.Popen(
-                        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+                        cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
                     )
                     for _ in range(args.concurrent)
                 ]

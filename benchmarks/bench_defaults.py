@@ -6,10 +6,10 @@ instead (bench_all.py ``--variant``, the ``variants`` table), on the same valida
 ``batch-rule`` and ``ner-head-lr`` studies here are the larger standalone versions (STS-B 2,000 x 2,
 SST-2 4,000 x 2), not run for the committed tables.
 
-    python benchmarks/bench_defaults.py qa-quickstart      # the longest: run it first
-    python benchmarks/bench_defaults.py ner-head-lr
-    python benchmarks/bench_defaults.py batch-rule [--skip_large]
-    python benchmarks/bench_defaults.py batch-rule --work /tmp/defaults   # keep (and reuse) the runs
+    python -m benchmarks.bench_defaults qa-quickstart      # the longest: run it first
+    python -m benchmarks.bench_defaults ner-head-lr
+    python -m benchmarks.bench_defaults batch-rule [--skip_large]
+    python -m benchmarks.bench_defaults batch-rule --work /tmp/defaults   # keep (and reuse) the runs
 
 Every run is ``encoder-tasks <task> train`` in its own process (MiniLM, ``--save_strategy no
 --report_to none --disable_tqdm true``), seeds 1, 2 and 3, and each choice is read from the
@@ -39,12 +39,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import DATA, MINILM, SEEDS, mean_spread, require_data, save_results, worker_env
+from benchmarks.harness import REPO, invocation
+from benchmarks.suite.toolkit_run import QUIET_FLAGS
 
-from benchmarks.common import DATA, MINILM, SEEDS, mean_spread, require_data, save_results, worker_env  # noqa: E402
-from benchmarks.suite.toolkit_run import QUIET_FLAGS  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
 #: Carved validation subsets are drawn with this seed (never a training seed).
 CARVE_SEED = 0
 #: The QA quick start's time budget: ~5 min of training at ~2,000 real tokens/s (bf16, 2 cores).
@@ -127,7 +125,7 @@ def finish(study: str, args, data: dict, runs: list[dict], tables: dict) -> None
         f"defaults-{study}",
         {
             "study": study,
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "command": invocation("bench_defaults"),
             "seeds": list(args.seeds),
             "data": data,
             "runs": runs,

@@ -1,8 +1,8 @@
 """Distillation: a 3-layer student of each task's MiniLM-L6 quick-start run, against the ablation.
 
-    python benchmarks/bench_distill.py --size standard --phase accuracy --work /tmp/distill-standard
-    python benchmarks/bench_distill.py --size standard --phase speed --work /tmp/distill-standard
-    python benchmarks/bench_distill.py --size quick --work /tmp/distill-quick   # a smoke run (minutes)
+    python -m benchmarks.bench_distill --size standard --phase accuracy --work /tmp/distill-standard
+    python -m benchmarks.bench_distill --size standard --phase speed --work /tmp/distill-standard
+    python -m benchmarks.bench_distill --size quick --work /tmp/distill-quick   # a smoke run (minutes)
 
 For SST-2 (classification), WNUT-17 (NER), STS-B (pair) and QA, per task (sizes in :data:`SIZES`):
 
@@ -50,8 +50,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, REPO, print_table, require_data, save_results  # noqa: E402
+from benchmarks.common import DATA, REPO, print_table, require_data, save_results
+from benchmarks.harness import cached, timed
 
 #: task: metric in metrics.json, and the source files (train, validation, test) under DATA
 TASKS = {
@@ -126,10 +126,6 @@ def cli(argv: list[str]) -> None:
         sys.exit(f"failed ({status}): encoder-tasks {' '.join(argv)}")
 
 
-def read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
 # ---- split files ------------------------------------------------------------------------------
 def write_splits(task: str, sizes: dict, folder: Path) -> dict[str, Path]:
     """Write (once) and return the task's ``train``, ``validation`` and ``test`` files."""
@@ -201,7 +197,7 @@ def count_examples(task: str, path: Path) -> int:
 # ---- runs -------------------------------------------------------------------------------------
 def ensure_run(argv: list[str], out: Path, kept_only: bool) -> dict:
     """Run ``argv`` into ``out`` unless an earlier call finished it (resumable)."""
-    done = read_json(out / "metrics.json")
+    done = cached(out / "metrics.json")  # the CLI writes it last: the run finished
     if done is not None:
         print(f"kept: {out}", flush=True)
         return done
@@ -210,20 +206,21 @@ def ensure_run(argv: list[str], out: Path, kept_only: bool) -> dict:
     start = time.perf_counter()
     cli([*argv, "--output_dir", str(out), "--overwrite_output_dir"])
     print(f"trained {out} in {time.perf_counter() - start:.0f} s", flush=True)
-    return read_json(out / "metrics.json")
+    return cached(out / "metrics.json")
 
 
 def test_score(task: str, run: Path, test: Path, metric: str, kept_only: bool) -> float:
     """The run's ``metric`` on the test file (``<task> evaluate``, once; kept in the run)."""
-    kept = run / "test-metrics.json"
-    if not kept.is_file():
+
+    def evaluate() -> dict:
         if kept_only:
             sys.exit(f"{run} has no test score: run --phase accuracy first")
         argv = [task, "evaluate", "--model_name_or_path", str(run), "--validation_file", str(test), *COMMON]
         cli(argv + EVALUATE_FLAGS.get(task, []))
         written = max((run / "eval").glob(f"{test.stem}*.json"), key=lambda p: p.stat().st_mtime)
-        kept.write_text(written.read_text())
-    return json.loads(kept.read_text())[metric]
+        return json.loads(written.read_text())
+
+    return cached(run / "test-metrics.json", evaluate)[metric]
 
 
 def bench_task(task: str, size: dict, work: Path, phase: str) -> dict:
@@ -253,10 +250,8 @@ def bench_task(task: str, size: dict, work: Path, phase: str) -> dict:
         score("distilled", student, folder / f"distilled-{seed}")
         score("ablation", [*student, "--distill_alpha", "1"], folder / f"ablation-{seed}")
     runs["student"] = folder / f"distilled-{size['seeds'][0]}"
-    speed = read_json(folder / "speed.json")
-    if phase in ("speed", "all") and speed is None:
-        speed = measure_speed(task, runs, files["validation"])
-        (folder / "speed.json").write_text(json.dumps(speed, indent=2))
+    measure = (lambda: measure_speed(task, runs, files["validation"])) if phase in ("speed", "all") else None
+    speed = cached(folder / "speed.json", measure)
     return {
         "task": task,
         "metric": metric,
@@ -301,13 +296,7 @@ def measure_speed(task: str, runs: dict[str, Path], validation: Path) -> dict:
         for name in ("teacher", "student"):
             predictor = Predictor.load(runs[name], precision=precision, batch_size=SPEED_BATCH)
             parsed = predictor.parse(records)
-            predictor.predict(parsed)  # warm-up
-            times = []
-            for _ in range(3):
-                start = time.perf_counter()
-                predictor.predict(parsed)
-                times.append(time.perf_counter() - start)
-            out[f"{name}_{precision}_s"] = statistics.median(times)
+            out[f"{name}_{precision}_s"], _, _ = timed(lambda p=predictor, x=parsed: p.predict(x), 3)
             print(f"{task} {name} {precision}: {out[f'{name}_{precision}_s']:.2f} s", flush=True)
         out[f"speedup_{precision}"] = out[f"teacher_{precision}_s"] / out[f"student_{precision}_s"]
     return out

@@ -1,8 +1,8 @@
 """[CLS] against mean pooling for the sequence head, on validation data, over several seeds.
 
-    .venv/bin/python benchmarks/bench_pooling.py                                   # 2,000 x 2 epochs, 18 runs
-    .venv/bin/python benchmarks/bench_pooling.py --train_samples 1000 --epochs 1   # the smaller setting
-    .venv/bin/python benchmarks/bench_pooling.py --datasets sst2 --seeds 1 --train_samples 500  # a smoke run
+    .venv/bin/python -m benchmarks.bench_pooling                                   # 2,000 x 2 epochs, 18 runs
+    .venv/bin/python -m benchmarks.bench_pooling --train_samples 1000 --epochs 1   # the smaller setting
+    .venv/bin/python -m benchmarks.bench_pooling --datasets sst2 --seeds 1 --train_samples 500  # a smoke run
 
 18 runs of about 2 minutes on the idle 2-core machine (2,000 x 2). Results and the decision they
 led to: docs/ecosystem.md, "How the default pooling was chosen".
@@ -49,11 +49,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import DATA, MINILM, RESULTS, print_table, require_data, worker_env
+from benchmarks.harness import REPO, describe
 
-from benchmarks.common import DATA, MINILM, RESULTS, environment, print_table, require_data, worker_env  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
 SQUAD = "qa/squad-v2-dev/dev-v2.0.json"
 #: dataset -> (task, recipe or None, validation metric, what it is)
 DATASETS = {
@@ -223,7 +221,7 @@ def main() -> None:
     path = RESULTS / f"pooling-{time.strftime('%Y%m%d-%H%M%S')}.json"
     runs: list[dict] = []
     record = {
-        "environment": environment(),
+        "environment": describe(),
         "model": MINILM,
         "args": vars(args),
         "datasets": info,

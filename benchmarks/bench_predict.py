@@ -1,8 +1,8 @@
 """Prediction speed: the toolkit's ``predict`` against ``transformers.pipeline``, both batched,
 at the same batch size and precision, on the same weights and the same inputs.
 
-    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/bench_predict.py           # the real run
-    .venv/bin/python benchmarks/bench_predict.py --quick                           # a smoke run
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m benchmarks.bench_predict           # the real run
+    .venv/bin/python -m benchmarks.bench_predict --quick                           # a smoke run
 
 Tasks: classification (SST-2 dev, 872 sentences) and NER (the first 1,000 sentences of the
 WikiANN-en test file, given as their words). The weights: one toolkit model per task trained
@@ -43,19 +43,15 @@ import argparse
 import copy
 import dataclasses
 import logging
-import statistics
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from encoder_tasks.runtime import configure_cpu_runtime
 
-from encoder_tasks.runtime import configure_cpu_runtime  # noqa: E402
-
-configure_cpu_runtime()
+configure_cpu_runtime()  # before torch loads, as the CLI does (OpenMP reads it once)
 
 from benchmarks.common import DATA, MINILM, print_table, require_data, save_results  # noqa: E402
+from benchmarks.harness import invocation, timed  # noqa: E402
 from benchmarks.suite.toolkit_run import train_toolkit  # noqa: E402
 
 SST2_TRAIN = "cls/sst2/train.tsv"
@@ -187,17 +183,6 @@ def bf16_copy(model):
     copied = copy.deepcopy(model)
     (copied.encoder if hasattr(copied, "encoder") else copied).to(torch.bfloat16)
     return copied
-
-
-def timed(run, repeats: int) -> tuple[float, list[float], list]:
-    """One warm-up pass (its output kept), then ``repeats`` timed passes: (median, all, output)."""
-    output = run()
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds), seconds, output
 
 
 def agreement(task: str, ours: list, reference: list) -> float:
@@ -417,7 +402,7 @@ def main() -> None:
     path = save_results(
         "predict",
         {
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "command": invocation("bench_predict"),
             "size": size,
             "sizes": SIZES[size],
             "args": vars(args),

@@ -1,7 +1,7 @@
 """int8 against fp32 for every task: the task metric on validation data, and prediction speed.
 
-    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/bench_quantize.py --work /tmp/bench-quantize
-    .venv/bin/python benchmarks/bench_quantize.py --size quick --work /tmp/bench-quantize-quick   # smoke
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m benchmarks.bench_quantize --work /tmp/bench-quantize
+    .venv/bin/python -m benchmarks.bench_quantize --size quick --work /tmp/bench-quantize-quick   # smoke
 
 Per task, one MiniLM-L6 run (``sentence-transformers/all-MiniLM-L6-v2``) is trained with the
 toolkit's defaults on a training subset of the task's suite module (``benchmarks/suite/<task>.py``:
@@ -33,21 +33,18 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from encoder_tasks.runtime import configure_cpu_runtime
 
-from encoder_tasks.runtime import configure_cpu_runtime  # noqa: E402
+configure_cpu_runtime()  # before torch loads, as the CLI does (OpenMP reads it once)
 
-configure_cpu_runtime()
-
-from benchmarks.common import MINILM, print_table, save_results  # noqa: E402
+from benchmarks.common import print_table, save_results  # noqa: E402
+from benchmarks.harness import cached, invocation, timed  # noqa: E402
 from benchmarks.suite import classification, mlm, ner, pair, qa  # noqa: E402
-from benchmarks.suite.toolkit_run import train_toolkit  # noqa: E402
+from benchmarks.suite.toolkit_run import suite_flags, train_toolkit  # noqa: E402
 
 SEED = 1
 TASKS = ("classification", "ner", "pair", "qa", "embedding", "mlm")
@@ -154,32 +151,10 @@ def trained_run(setup: Setup, files: dict[str, Path], suite_size: str, work: Pat
         print(f"[quantize] {setup.task}: reusing {run_dir}", flush=True)
         return run_dir
     shutil.rmtree(run_dir, ignore_errors=True)
-    epochs = setup.module.SIZES[suite_size]["epochs"]
-    flags = [
-        "--model_name_or_path",
-        MINILM,
-        "--train_file",
-        str(files["train"]),
-        "--validation_file",
-        str(files["validation"]),
-        "--num_train_epochs",
-        str(epochs),
-        *setup.train_flags,
-    ]
+    flags = suite_flags(files, setup.module.SIZES[suite_size]["epochs"], *setup.train_flags)
     print(f"[quantize] {setup.task}: training {run_dir}", flush=True)
     train_toolkit(setup.task, flags, SEED, run_dir)
     return run_dir
-
-
-def timed(function, repeats: int) -> tuple[float, list[float], list]:
-    """One warm-up call (its output kept), then ``repeats`` timed ones: (median, all, output)."""
-    output = function()
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds), seconds, output
 
 
 def agreement(found: list, expected: list) -> tuple[float, float]:
@@ -243,16 +218,21 @@ def predict_speeds(setup: Setup, run_dir: Path, int8_dir: Path, records: list, a
 
 
 def bench_task(name: str, args, work: Path) -> dict:
-    """One row: train (or reuse) the task's run, quantize it, time the predict path."""
+    """One row: train (or reuse) the task's run, quantize it, time the predict path (a row
+    measured before at this size is read from ``work/results``, unless ``--redo``)."""
+    done = work / "results" / f"{name}-{args.size}.json"
+    if done.is_file() and not args.redo:
+        print(f"[quantize] {name}: already measured ({done})", flush=True)
+    return cached(done, lambda: measure_row(name, args, work), redo=args.redo)
+
+
+def measure_row(name: str, args, work: Path) -> dict:
+    """Train (or reuse) the row's run, quantize it, time the predict path."""
     from encoder_tasks.commands.quantize import quantize_run
 
     setup = SETUPS[name]
     task = setup.task
     suite_size = SIZES[args.size]["suite"][task]
-    cached = work / "results" / f"{name}-{args.size}.json"
-    if cached.exists() and not args.redo:
-        print(f"[quantize] {name}: already measured ({cached})", flush=True)
-        return json.loads(cached.read_text())
     files = split_files(setup, suite_size, work)
     run_dir = trained_run(setup, files, suite_size, work)
     int8_dir = work / "int8" / f"{name}-{suite_size}"
@@ -280,8 +260,6 @@ def bench_task(name: str, args, work: Path) -> dict:
         "report": report,
         "predict": predict_speeds(setup, run_dir, int8_dir, records, args),
     }
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps(result, indent=2, default=str))
     return result
 
 
@@ -366,7 +344,7 @@ def main() -> None:
     path = save_results(
         "quantize",
         {
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "command": invocation("bench_quantize"),
             "size": args.size,
             "sizes": SIZES[args.size],
             "args": vars(args),

@@ -1,8 +1,8 @@
 """Question-to-passage retrieval for RAG: MiniLM, fine-tuned, hard negatives, reranker,
 Matryoshka sizes, int8 and binary indexes (issue 18).
 
-    python benchmarks/bench_retrieval.py --size quick            # smoke: minutes, 1 seed
-    python benchmarks/bench_retrieval.py --size full --work /tmp/bench-retrieval   # the real run
+    python -m benchmarks.bench_retrieval --size quick            # smoke: minutes, 1 seed
+    python -m benchmarks.bench_retrieval --size full --work /tmp/bench-retrieval   # the real run
 
 The set is built from the SQuAD-style files in ``../shared/data``: queries are the questions,
 the corpus every distinct paragraph, the positive a question's own paragraph; English
@@ -18,8 +18,8 @@ cross-encoder reranker (the pair task trained on the same mining's labelled pair
 hard-negative model's results; Matryoshka (trained at 64/128/256) cut to 64/128/256/384; and the
 hard-negative model's vectors in int8 and binary (rescored) indexes, with bytes per vector.
 
-Every finished step is kept in ``--work`` (models, mined files, metrics), so a stopped run
-resumes where it stopped. Results: ``benchmarks/results/retrieval-<time>.json`` with ``tables``
+Every finished step is kept in ``--work`` (models, mined files, metrics: ``harness.cached``),
+so a stopped run resumes where it stopped. Results: ``benchmarks/results/retrieval-<time>.json`` with ``tables``
 in :mod:`benchmarks.tables`' format.
 """
 
@@ -32,9 +32,8 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.common import DATA, MINILM, mean_spread, print_table, save_results  # noqa: E402
+from benchmarks.common import DATA, MINILM, mean_spread, print_table, save_results
+from benchmarks.harness import cached
 
 LANGS = {
     "en": [
@@ -104,11 +103,12 @@ def read_squad(paths: list[Path]) -> list[tuple[str, list[str]]]:
 
 
 def build_splits(lang: str, size: dict, work: Path) -> dict:
-    """Train/validation/test by paragraph, written once to ``work/<lang>/``."""
-    folder = work / lang
-    done = folder / "splits.json"
-    if done.is_file():
-        return json.loads(done.read_text(encoding="utf-8"))
+    """Train/validation/test by paragraph, written once to ``work/<lang>/`` (``splits.json``
+    last, once the training files are written)."""
+    return cached(work / lang / "splits.json", lambda: write_splits(lang, size, work / lang))
+
+
+def write_splits(lang: str, size: dict, folder: Path) -> dict:
     paragraphs = read_squad([DATA / p for p in LANGS[lang]])
     random.Random(0).shuffle(paragraphs)
     n = len(paragraphs)
@@ -131,20 +131,10 @@ def build_splits(lang: str, size: dict, work: Path) -> dict:
     with open(folder / "train-corpus.jsonl", "w", encoding="utf-8") as f:
         for p in splits["train"]["corpus"]:
             f.write(json.dumps({"text": p}, ensure_ascii=False) + "\n")
-    done.write_text(json.dumps(splits, ensure_ascii=False), encoding="utf-8")
     return splits
 
 
 # ---- steps (each cached) --------------------------------------------------------------------------
-def cached(path: Path, compute):
-    if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
-    value = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value), encoding="utf-8")
-    return value
-
-
 def cli(argv: list[str]) -> None:
     from encoder_tasks.cli import main
 

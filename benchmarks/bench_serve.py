@@ -1,8 +1,8 @@
 """Load test of ``encoder-tasks serve``: throughput and latency under concurrent requests, against a
 server that runs one forward per request and against ``transformers.pipeline`` on the same stack.
 
-    .venv/bin/python benchmarks/bench_serve.py            # the real run (about 30 minutes on 2 cores)
-    .venv/bin/python benchmarks/bench_serve.py --quick    # a smoke run: tiny sizes, not a measurement
+    .venv/bin/python -m benchmarks.bench_serve            # the real run (about 30 minutes on 2 cores)
+    .venv/bin/python -m benchmarks.bench_serve --quick    # a smoke run: tiny sizes, not a measurement
 
 The model: MiniLM-L6 (``sentence-transformers/all-MiniLM-L6-v2``) fine-tuned on
 ``--train_examples`` SST-2 sentences for 1 epoch at the toolkit's defaults, ``--max_length 512``
@@ -55,10 +55,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.common import DATA, MINILM, RESULTS, environment, print_table, require_data, worker_env  # noqa: E402
-from benchmarks.serve_baselines import (  # noqa: E402
+from benchmarks.common import DATA, MINILM, RESULTS, print_table, require_data, worker_env
+from benchmarks.harness import describe, invocation
+from benchmarks.serve_baselines import (
     CLI,
     ServerProcess,
     baseline_command,
@@ -568,10 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.json"
     result = {
-        "command": shlex.join(
-            ["python", "benchmarks/bench_serve.py", *(sys.argv[1:] if argv is None else argv)]
-        ),
-        "environment": environment(),
+        "command": invocation("bench_serve", argv),
+        "environment": describe(),
         "settings": {
             **vars(args),
             "precision_resolved": precision,

@@ -1,7 +1,7 @@
 """Which training options pay on this machine? torch.compile, fused AdamW, data-loader workers.
 
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_training_options.py
-    python benchmarks/bench_training_options.py --variants baseline,compile --train_samples 800
+    OMP_WAIT_POLICY=PASSIVE python -m benchmarks.bench_training_options
+    python -m benchmarks.bench_training_options --variants baseline,compile --train_samples 800
 
 Each variant is ``encoder-tasks classification train`` with the SST-2 recipe's defaults plus
 one change, in its own process, on the same seeded subset (MiniLM, seed 42):
@@ -22,15 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import DATA, print_table, require_data, save_results, worker_env
+from benchmarks.harness import REPO, module_command
 
-from benchmarks.common import DATA, print_table, require_data, save_results, worker_env  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {
     "baseline": [],
     "compile": ["--torch_compile", "true"],
@@ -114,12 +111,12 @@ def main() -> None:
     results = {}
     for name in args.variants.split(","):
         target = Path(tempfile.mkstemp(suffix=".json")[1])
-        cmd = [sys.executable, __file__, "--worker", name, "--result", str(target)]
+        cmd = module_command("bench_training_options", "--worker", name, "--result", str(target))
         cmd += ["--train_samples", str(args.train_samples), "--epochs", str(args.epochs)]
         cmd += ["--warmup_steps_skip", str(args.warmup_steps_skip)]
         print(f"[bench] {name} ...", flush=True)
         done = subprocess.run(
-            cmd, env=worker_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            cmd, env=worker_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
         if done.returncode != 0:
             results[name] = {

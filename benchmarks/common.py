@@ -2,40 +2,25 @@
 
 Every benchmark runs both contenders in one process, one after the other, on the same
 model, data, epochs and seed, and reports *real* (non-padding) tokens per second, so
-padding the stock run does not count as work.
+padding the stock run does not count as work. The machine record, the timing rule and the
+result cache are in :mod:`benchmarks.harness`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
 import resource
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks.harness import REPO, describe
+
 DATA = Path(os.environ.get("ENCODER_TASKS_DATA_DIR", REPO.parent / "shared" / "data"))
 RESULTS = REPO / "benchmarks" / "results"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def environment() -> dict:
-    """What the numbers depend on: threads, wait policy, versions, CPU."""
-    import torch
-    import transformers
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "threads": torch.get_num_threads(),
-        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
-        "cpu": platform.processor() or platform.machine(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
 
 
 def real_tokens(dataset, mask_key: str = "attention_mask") -> int:
@@ -65,7 +50,7 @@ def require_data(*relative: str) -> list[Path]:
 def save_results(name: str, results: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"environment": environment(), **results}, indent=2, default=str))
+    path.write_text(json.dumps({"environment": describe(), **results}, indent=2, default=str))
     return path
 
 

@@ -1,7 +1,7 @@
 """One short GPU run: a BERT-base-size encoder, bf16, toolkit vs stock Trainer, with MFU.
 
-    python benchmarks/gpu_bench.py                 # on a machine with a CUDA GPU (~2-3 minutes)
-    python benchmarks/gpu_bench.py --tiny --cpu    # smoke test of the script itself on a CPU
+    python -m benchmarks.gpu_bench                 # on a machine with a CUDA GPU (~2-3 minutes)
+    python -m benchmarks.gpu_bench --tiny --cpu    # smoke test of the script itself on a CPU
 
 No Hub access is assumed: the encoder is BERT-base's architecture (12 layers, hidden 768)
 with random weights and the MiniLM package's tokenizer, so throughput and MFU are real
@@ -24,11 +24,8 @@ import argparse
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     DATA,
     MINILM,
     encoder_flops_per_token,

@@ -16,8 +16,8 @@ one forward over every core, so concurrent forwards only oversubscribe them; thi
 server's best configuration. ``--forwards threadpool`` runs the handler as FastAPI runs any
 plain ``def`` route, in its thread pool, so forwards overlap (the extra ``naive-threadpool`` row).
 
-    python benchmarks/serve_baselines.py naive sst2=RUN_DIR --port 8101 --precision bf16
-    python benchmarks/serve_baselines.py pipeline sst2=EXPORT_DIR --port 8102 --precision bf16 --max_length 512
+    python -m benchmarks.serve_baselines naive sst2=RUN_DIR --port 8101 --precision bf16
+    python -m benchmarks.serve_baselines pipeline sst2=EXPORT_DIR --port 8102 --precision bf16 --max_length 512
 
 ``GET /ready`` answers 200 once the model is loaded and has run one forward (before then
 nothing listens); ``GET /health`` likewise. :class:`ServerProcess` starts any contender's
@@ -42,8 +42,9 @@ from pathlib import Path
 # At module level: the route's annotations are strings (postponed), which FastAPI resolves here.
 from fastapi import Request
 
+from benchmarks.harness import REPO, module_command
+
 if __name__ == "__main__":  # as a server: the toolkit's runtime defaults before torch loads, as its CLI
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from encoder_tasks.runtime import configure_cpu_runtime
 
     configure_cpu_runtime()
@@ -190,15 +191,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 def baseline_command(
     kind: str, name: str, model_dir: Path, port: int, precision: str, **options
 ) -> list[str]:
-    """The command line of a baseline server (this file run as a script)."""
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        kind,
-        f"{name}={model_dir}",
-        "--port",
-        str(port),
-    ]
+    """The command line of a baseline server (this module run from the repository root:
+    :class:`ServerProcess` starts it there)."""
+    command = module_command("serve_baselines", kind, f"{name}={model_dir}", "--port", str(port))
     command += ["--precision", precision]
     for key, value in options.items():
         command += [f"--{key}", str(value)]
@@ -245,8 +240,9 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log.open("w")
+        # From the repository root, where ``python -m benchmarks.<module>`` finds the package.
         self.process = subprocess.Popen(
-            self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self.env
+            self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO
         )
         try:
             self._wait_ready()

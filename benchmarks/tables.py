@@ -1,8 +1,8 @@
 """The benchmark tables in the docs, generated from the committed result files, and checked.
 
-    python benchmarks/tables.py                  # check every cited table; exit 1 on any difference
-    python benchmarks/tables.py --write          # regenerate every cited table in place
-    python benchmarks/tables.py --add-tables benchmarks/results/pooling-20261130-094635.json
+    python -m benchmarks.tables                  # check every cited table; exit 1 on any difference
+    python -m benchmarks.tables --write          # regenerate every cited table in place
+    python -m benchmarks.tables --add-tables benchmarks/results/pooling-20261130-094635.json
 
 A result file (``benchmarks/results/*.json``) holds its tables ready to print::
 

@@ -83,9 +83,9 @@ def open_saved(model_dir: str | Path, *, plain_encoders: bool = True) -> SavedMo
         raise UserError(f"{model_dir}: no such directory (expected a saved model)")
     if plain_encoders and (Path(path) / "config.json").is_file():
         return SavedModel(path, TASKS[PLAIN_ENCODER_TASK], None, None)
-    found = ", ".join(sorted(p.name for p in Path(path).iterdir())[:8]) or "nothing"
-    expected = f"{TASK_FILE}" + (" or a config.json" if plain_encoders else "")
-    raise UserError(f"{model_dir}: not a model saved by encoder-tasks (expected {expected}, found {found})")
+    if plain_encoders:
+        raise UserError(f"{model_dir}: not a saved model (no {TASK_FILE} and no config.json)")
+    raise UserError(f"{model_dir} is not a model saved by encoder-tasks (no {TASK_FILE})")
 
 
 def read_saved_settings(path: str | Path) -> tuple[str | None, TaskSettings | None]:

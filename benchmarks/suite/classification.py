@@ -15,19 +15,20 @@ runs the same code on STS-B (:class:`GlueBenchmark` holds what differs).
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import MINILM, real_tokens, require_data
 from benchmarks.suite.toolkit_run import (
-    evaluate_toolkit,
+    describe_sizes,
     is_toolkit,
     new_run_dir,
     result_row,
+    split_paths,
     stock_training_args,
-    toolkit_batch_size,
+    toolkit_contender,
     train_stock,
-    train_toolkit,
 )
 
 logger = logging.getLogger(__name__)
@@ -81,9 +82,8 @@ def splits(size: str, work: Path) -> dict[str, Path]:
     from encoder_tasks.data import read_file
 
     sizes = SIZES[size]
-    folder = work / "data" / f"{TASK}-{size}"
-    files = {name: folder / f"{name}.jsonl" for name in ("train", "validation", "test")}
-    if all(path.exists() for path in files.values()):
+    files, written = split_paths(TASK, size, work, ".jsonl")
+    if written:
         return files
     train_path, dev_path = require_data(TRAIN, DEV)
     # One seed-0 permutation: validation is its head, training comes from the rest.
@@ -106,19 +106,7 @@ def _write(path: Path, sentences, labels) -> None:
 
 def describe(size: str) -> dict:
     """The sizes, epochs and max length of ``size`` (goes in the result file)."""
-    sizes = SIZES[size]
-    return {
-        "task": TASK,
-        "dataset": DATASET,
-        "stock_script": STOCK_SCRIPT,
-        "train_examples": sizes["train"],
-        "validation_examples": sizes["validation"],
-        "test_examples": sizes["test"],
-        "epochs": sizes["epochs"],
-        "max_length": MAX_LENGTH,
-        "metric": SST2.metric,
-        "data_seed": DATA_SEED,
-    }
+    return describe_sizes(sys.modules[__name__], size, max_length=MAX_LENGTH, metric=SST2.metric)
 
 
 def run(contender: str, seed: int, size: str, work: Path, extra_flags=()) -> dict:
@@ -164,25 +152,11 @@ def run_glue(
     encoded = {name: encode(bench, tokenizer, path) for name, path in files.items()}
     metric_key = f"eval_{bench.metric}"
     if is_toolkit(contender):
-        flags = [
-            "--model_name_or_path",
-            MINILM,
-            "--train_file",
-            str(files["train"]),
-            "--validation_file",
-            str(files["validation"]),
-            *bench.toolkit_flags,
-            "--max_length",
-            str(MAX_LENGTH),
-            "--num_train_epochs",
-            str(epochs),
-        ]
-        model_dir = run_dir / "model"
-        training = train_toolkit(
-            bench.task, flags, seed, model_dir, toolkit_batch_size(contender), extra_flags
+        task_flags = [*bench.toolkit_flags, "--max_length", str(MAX_LENGTH)]
+        training, test = toolkit_contender(
+            bench.task, contender, seed, files, epochs, run_dir, task_flags, extra_flags
         )
         validation_metric = training["metrics"][metric_key]
-        test = evaluate_toolkit(bench.task, model_dir, files["test"], seed)
         test_metric, eval_seconds = test["metrics"][metric_key], test["seconds"]
         # The toolkit's own count (non-padding tokens): a cross-check of train_real_tokens.
         extra = {

@@ -36,15 +36,14 @@ from pathlib import Path
 
 from benchmarks.common import MINILM, require_data
 from benchmarks.suite.toolkit_run import (
-    evaluate_toolkit,
     is_toolkit,
     new_run_dir,
     on_gpu,
     result_row,
+    split_paths,
     stock_training_args,
-    toolkit_batch_size,
+    toolkit_contender,
     train_stock,
-    train_toolkit,
 )
 
 logger = logging.getLogger(__name__)
@@ -124,10 +123,10 @@ def splits(size: str, work: Path) -> tuple[dict[str, Path], dict]:
     """Write (once) and return the ``train``/``validation``/``test`` files and their sizes."""
     import json
 
-    folder = work / "data" / f"{TASK}-{size}"
-    files = {name: folder / f"{name}.txt" for name in ("train", "validation", "test")}
+    files, written = split_paths(TASK, size, work, ".txt")
+    folder = files["train"].parent
     info_path = folder / "sizes.json"
-    if info_path.exists() and all(path.exists() for path in files.values()):
+    if written and info_path.exists():
         return files, json.loads(info_path.read_text())
     from transformers import AutoTokenizer
 
@@ -265,24 +264,10 @@ def _run_toolkit(files: dict[str, Path], contender: str, seed: int, epochs, run_
     from encoder_tasks.tasks.mlm.model import MaskedLanguageModel
     from encoder_tasks.tasks.mlm.text import make_blocks, read_text_file
 
-    flags = [
-        "--model_name_or_path",
-        MINILM,
-        "--train_file",
-        str(files["train"]),
-        # Given, so the toolkit holds no training documents out for its own validation.
-        "--validation_file",
-        str(files["validation"]),
-        "--max_length",
-        str(BLOCK),
-        "--mask_rate",
-        str(MASK_RATE),
-        "--num_train_epochs",
-        str(epochs),
-    ]
+    # The validation file is given, so the toolkit holds no training documents out for its own.
+    task_flags = ["--max_length", str(BLOCK), "--mask_rate", str(MASK_RATE)]
+    training, test = toolkit_contender(TASK, contender, seed, files, epochs, run_dir, task_flags, extra_flags)
     model_dir = run_dir / "model"
-    training = train_toolkit(TASK, flags, seed, model_dir, toolkit_batch_size(contender), extra_flags)
-    test = evaluate_toolkit(TASK, model_dir, files["test"], seed)
     tokenizer = load_tokenizer(str(model_dir))
     test_blocks = make_blocks(read_text_file(files["test"]), tokenizer, max_length=BLOCK)
     train_blocks = len(make_blocks(read_text_file(files["train"]), tokenizer, max_length=BLOCK))

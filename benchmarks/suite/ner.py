@@ -21,19 +21,20 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 from benchmarks.common import MINILM, real_tokens, require_data
 from benchmarks.suite.toolkit_run import (
-    evaluate_toolkit,
+    describe_sizes,
     is_toolkit,
     new_run_dir,
     result_row,
+    split_paths,
     stock_training_args,
-    toolkit_batch_size,
+    toolkit_contender,
     train_stock,
-    train_toolkit,
 )
 
 logger = logging.getLogger(__name__)
@@ -62,11 +63,10 @@ SIZES = {
 def splits(size: str, work: Path) -> dict[str, Path]:
     """Write (once) and return the ``train``, ``validation`` and ``test`` CoNLL files for ``size``."""
     sizes = SIZES[size]
-    folder = work / "data" / f"{TASK}-{size}"
-    files = {name: folder / f"{name}.conll" for name in FILES}
-    if all(path.exists() for path in files.values()):
+    files, written = split_paths(TASK, size, work, ".conll")
+    if written:
         return files
-    folder.mkdir(parents=True, exist_ok=True)
+    files["train"].parent.mkdir(parents=True, exist_ok=True)
     sources = dict(zip(FILES, require_data(*FILES.values())))
     for name, source in sources.items():
         words, tags = read_sentences(source, TOKEN_PREFIX, seed=DATA_SEED, limit=sizes[name])
@@ -106,19 +106,7 @@ def _write_conll(path: Path, words: list[list[str]], tags: list[list[str]]) -> N
 
 def describe(size: str) -> dict:
     """The sizes, epochs and max length of ``size`` (goes in the result file)."""
-    sizes = SIZES[size]
-    return {
-        "task": TASK,
-        "dataset": DATASET,
-        "stock_script": STOCK_SCRIPT,
-        "train_examples": sizes["train"],
-        "validation_examples": sizes["validation"],
-        "test_examples": sizes["test"],
-        "epochs": sizes["epochs"],
-        "max_length": MAX_LENGTH,
-        "metric": METRIC,
-        "data_seed": DATA_SEED,
-    }
+    return describe_sizes(sys.modules[__name__], size, max_length=MAX_LENGTH, metric=METRIC)
 
 
 # ---- one run ------------------------------------------------------------------------------------
@@ -143,22 +131,11 @@ def run(contender: str, seed: int, size: str, work: Path, extra_flags=()) -> dic
     encoded = {name: encode(tokenizer, *split, labels) for name, split in sentences.items()}
     metric_key = f"eval_{METRIC}"
     if is_toolkit(contender):
-        flags = [
-            "--model_name_or_path",
-            MINILM,
-            "--train_file",
-            str(files["train"]),
-            "--validation_file",
-            str(files["validation"]),
-            "--max_length",
-            str(MAX_LENGTH),
-            "--num_train_epochs",
-            str(epochs),
-        ]
-        model_dir = run_dir / "model"
-        training = train_toolkit(TASK, flags, seed, model_dir, toolkit_batch_size(contender), extra_flags)
+        task_flags = ["--max_length", str(MAX_LENGTH)]
+        training, test = toolkit_contender(
+            TASK, contender, seed, files, epochs, run_dir, task_flags, extra_flags
+        )
         validation_metric = training["metrics"][metric_key]
-        test = evaluate_toolkit(TASK, model_dir, files["test"], seed)
         test_metric, eval_seconds = test["metrics"][metric_key], test["seconds"]
         extra = {"toolkit_flags": training["flags"]}
     else:

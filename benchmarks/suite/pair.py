@@ -13,10 +13,12 @@ code is the classification module's (:func:`benchmarks.suite.classification.run_
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from benchmarks.common import require_data
 from benchmarks.suite.classification import MAX_LENGTH, GlueBenchmark, run_glue
+from benchmarks.suite.toolkit_run import describe_sizes, split_paths
 
 TASK = "pair"
 TRAIN = "pair/stsb/sts-train.csv"
@@ -59,9 +61,8 @@ def splits(size: str, work: Path) -> dict[str, Path]:
     from encoder_tasks.data import read_file
 
     sizes = SIZES[size]
-    folder = work / "data" / f"{TASK}-{size}"
-    files = {name: folder / f"{name}.jsonl" for name in ("train", "validation", "test")}
-    if all(path.exists() for path in files.values()):
+    files, written = split_paths(TASK, size, work, ".jsonl")
+    if written:
         return files
     train_path, dev_path, test_path = require_data(TRAIN, DEV, TEST)
     train = read_file(train_path, column_names=COLUMNS).shuffle(seed=DATA_SEED)
@@ -86,19 +87,7 @@ def _write(path: Path, rows) -> None:
 
 def describe(size: str) -> dict:
     """The sizes, epochs and max length of ``size`` (goes in the result file)."""
-    sizes = SIZES[size]
-    return {
-        "task": TASK,
-        "dataset": DATASET,
-        "stock_script": STOCK_SCRIPT,
-        "train_examples": sizes["train"],
-        "validation_examples": sizes["validation"],
-        "test_examples": sizes["test"],
-        "epochs": sizes["epochs"],
-        "max_length": MAX_LENGTH,
-        "metric": STSB.metric,
-        "data_seed": DATA_SEED,
-    }
+    return describe_sizes(sys.modules[__name__], size, max_length=MAX_LENGTH, metric=STSB.metric)
 
 
 def run(contender: str, seed: int, size: str, work: Path, extra_flags=()) -> dict:

@@ -22,20 +22,21 @@ from __future__ import annotations
 import json
 import logging
 import random
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.common import MINILM, real_tokens, require_data
 from benchmarks.suite.toolkit_run import (
-    evaluate_toolkit,
+    describe_sizes,
     is_toolkit,
     new_run_dir,
     result_row,
+    split_paths,
     stock_training_args,
-    toolkit_batch_size,
+    toolkit_contender,
     train_stock,
-    train_toolkit,
 )
 
 logger = logging.getLogger(__name__)
@@ -71,9 +72,8 @@ SIZES = {
 def splits(size: str, work: Path) -> dict[str, Path]:
     """Write (once) and return the ``train``, ``validation`` and ``test`` files for ``size``."""
     sizes = SIZES[size]
-    folder = work / "data" / f"{TASK}-{size}"
-    files = {name: folder / f"{name}.json" for name in FILES}
-    if all(path.exists() for path in files.values()):
+    files, written = split_paths(TASK, size, work, ".json")
+    if written:
         return files
     sources = dict(zip(FILES, require_data(*FILES.values())))
     for name, source in sources.items():
@@ -106,20 +106,13 @@ def _write_subset(source: Path, target: Path, questions: int) -> None:
 
 def describe(size: str) -> dict:
     """The sizes, epochs and window settings of ``size`` (goes in the result file)."""
-    sizes = SIZES[size]
-    return {
-        "task": TASK,
-        "dataset": DATASET,
-        "stock_script": STOCK_SCRIPT,
-        "train_examples": sizes["train"],
-        "validation_examples": sizes["validation"],
-        "test_examples": sizes["test"],
-        "epochs": sizes["epochs"],
-        "max_length": MAX_LENGTH,
-        "doc_stride": DOC_STRIDE,
-        "metric": f"SQuAD v1.1 {METRIC} (0-100)",
-        "data_seed": DATA_SEED,
-    }
+    return describe_sizes(
+        sys.modules[__name__],
+        size,
+        max_length=MAX_LENGTH,
+        doc_stride=DOC_STRIDE,
+        metric=f"SQuAD v1.1 {METRIC} (0-100)",
+    )
 
 
 # ---- stock: run_qa.py, ported ----------------------------------------------------------------
@@ -314,24 +307,11 @@ def run(contender: str, seed: int, size: str, work: Path, extra_flags=()) -> dic
     test_columns, test_features = _stock_split(files["test"], tokenizer, train=False)
     metric_key = f"eval_{METRIC}"
     if is_toolkit(contender):
-        flags = [
-            "--model_name_or_path",
-            MINILM,
-            "--train_file",
-            str(files["train"]),
-            "--validation_file",
-            str(files["validation"]),
-            "--max_length",
-            str(MAX_LENGTH),
-            "--doc_stride",
-            str(DOC_STRIDE),
-            "--num_train_epochs",
-            str(epochs),
-        ]
-        model_dir = run_dir / "model"
-        training = train_toolkit(TASK, flags, seed, model_dir, toolkit_batch_size(contender), extra_flags)
+        task_flags = ["--max_length", str(MAX_LENGTH), "--doc_stride", str(DOC_STRIDE)]
+        training, test = toolkit_contender(
+            TASK, contender, seed, files, epochs, run_dir, task_flags, extra_flags
+        )
         validation_metric = training["metrics"][metric_key]
-        test = evaluate_toolkit(TASK, model_dir, files["test"], seed)
         test_metric, eval_seconds = test["metrics"][metric_key], test["seconds"]
         extra = {"toolkit_flags": training["flags"]}
     else:

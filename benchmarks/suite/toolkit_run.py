@@ -4,6 +4,8 @@
   calls :func:`encoder_tasks.run.train` inside :class:`~benchmarks.common.StepTimer` and
   :class:`TokenCounter`; :func:`evaluate_toolkit` scores the saved model on another file (the
   test split) through :func:`encoder_tasks.run.evaluate`, the ``evaluate`` action's own path.
+- :func:`toolkit_contender` is a toolkit contender of a suite module: those two on its split
+  files; :func:`describe_sizes` is a suite module's ``describe(size)``.
 - :func:`stock_training_args` and :func:`train_stock` give the stock contenders the
   example scripts' ``TrainingArguments`` (defaults, plus the ``stock-tuned`` switches) and the
   same timing around ``trainer.train()``.
@@ -205,6 +207,71 @@ def evaluate_toolkit(
     ]
     metrics = run.evaluate(task, *toolkit_arguments(task, all_flags))
     return {"metrics": metrics, "seconds": metrics["eval_runtime"]}
+
+
+def suite_flags(files: dict[str, Path], epochs: float, *task_flags: str) -> list[str]:
+    """The flags a suite's toolkit run starts with: MiniLM, the ``train`` and ``validation``
+    split files, the task's own ``task_flags`` (columns, max length...), then the epochs."""
+    return [
+        "--model_name_or_path",
+        MINILM,
+        "--train_file",
+        str(files["train"]),
+        "--validation_file",
+        str(files["validation"]),
+        *task_flags,
+        "--num_train_epochs",
+        str(epochs),
+    ]
+
+
+def toolkit_contender(
+    task: str,
+    contender: str,
+    seed: int,
+    files: dict[str, Path],
+    epochs: float,
+    run_dir: Path,
+    task_flags: Sequence[str] = (),
+    extra_flags: Sequence[str] = (),
+) -> tuple[dict, dict]:
+    """A toolkit contender once: trained on ``files["train"]`` (its final evaluation on
+    ``files["validation"]``) at the contender's batch (:func:`toolkit_batch_size`) into
+    ``run_dir/model``, then scored on ``files["test"]`` as ``<task> evaluate`` does.
+
+    Returns ``(training, test)``: what :func:`train_toolkit` and :func:`evaluate_toolkit` return.
+    """
+    model_dir = run_dir / "model"
+    flags = suite_flags(files, epochs, *task_flags)
+    training = train_toolkit(task, flags, seed, model_dir, toolkit_batch_size(contender), extra_flags)
+    return training, evaluate_toolkit(task, model_dir, files["test"], seed)
+
+
+def split_paths(task: str, size: str, work: Path, suffix: str) -> tuple[dict[str, Path], bool]:
+    """A suite module's ``train``, ``validation`` and ``test`` files for ``size`` under ``work``
+    (``work/data/<task>-<size>/<split><suffix>``), and whether all of them are written (a
+    module writes its splits once; every run of that size reads the same files)."""
+    folder = work / "data" / f"{task}-{size}"
+    files = {name: folder / f"{name}{suffix}" for name in ("train", "validation", "test")}
+    return files, all(path.exists() for path in files.values())
+
+
+def describe_sizes(module, size: str, **settings) -> dict:
+    """A suite module's ``describe(size)``: its task, dataset and stock script, the split sizes
+    and epochs of ``size``, the task's ``settings`` (max length, metric...) in the order given,
+    and the data seed (all of it goes in the result file)."""
+    sizes = module.SIZES[size]
+    return {
+        "task": module.TASK,
+        "dataset": module.DATASET,
+        "stock_script": module.STOCK_SCRIPT,
+        "train_examples": sizes["train"],
+        "validation_examples": sizes["validation"],
+        "test_examples": sizes["test"],
+        "epochs": sizes["epochs"],
+        **settings,
+        "data_seed": module.DATA_SEED,
+    }
 
 
 def stock_training_args(contender: str, seed: int, output_dir: Path, epochs: float, **script_kwargs):

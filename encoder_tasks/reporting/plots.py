@@ -369,7 +369,7 @@ def plot_run(run_dir: str | os.PathLike, predictions=None, label_ids=None) -> li
     if _pyplot() is None:
         logger.warning(matplotlib_missing_message())
         return []
-    saved = read_task_metadata(run_dir) or {}
+    metadata = read_task_metadata(run_dir) or {}
     metrics_file = run_dir / "metrics.json"
     metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
     if predictions is None and (run_dir / PREDICTIONS_FILE).is_file():
@@ -377,7 +377,7 @@ def plot_run(run_dir: str | os.PathLike, predictions=None, label_ids=None) -> li
         predictions, label_ids = saved["predictions"], saved["label_ids"]
     written = [_safely(plot_learning_curves, read_log(run_dir), run_dir)]
     written += plot_predictions(
-        saved.get("task") or "", settings_dict(saved), metrics, predictions, label_ids, run_dir
+        metadata.get("task") or "", settings_dict(metadata), metrics, predictions, label_ids, run_dir
     )
     return [p for p in written if p is not None]
 

@@ -5,9 +5,8 @@ import random
 import pytest
 import torch
 
-from encoder_tasks.backbone import load_encoder
 from encoder_tasks.cli import main
-from encoder_tasks.heads import EncoderWithHead
+from encoder_tasks.heads import EncoderWithHead, load_starting_encoder
 from tests.helpers import FAST_TRAINING, evaluate_argv, read_json, run_predict, run_train, train_argv, write
 from tests.samples import MLM_WORDS
 
@@ -83,7 +82,7 @@ def test_from_scratch_then_predict(corpus, tmp_path, capsys):
     assert "from scratch: bert-tiny" in capsys.readouterr().out
     init = out / "scratch-init"
     assert (init / "config.json").is_file() and (init / "tokenizer.json").is_file()
-    assert load_encoder(str(out)).config.hidden_size == 128
+    assert load_starting_encoder(str(out)).config.hidden_size == 128
     masked = write(tmp_path / "masked.txt", "the cat [MASK] on the mat\nno mask here\n")
     rows = run_predict("mlm", out, masked, tmp_path / "fills.jsonl", "--top_k", "3")
     assert [r["line"] for r in rows] == [1, 2]

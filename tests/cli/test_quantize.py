@@ -162,7 +162,7 @@ def test_what_cannot_be_quantized_is_refused_in_one_line(task_runs, quantized, t
         ),
         (
             ["quantize", str(tmp_path), str(tmp_path / "x")],
-            f"quantize: {tmp_path} is not a run saved by encoder-tasks (no encoder_tasks.json)",
+            f"quantize: {tmp_path} is not a model saved by encoder-tasks (no encoder_tasks.json)",
         ),
         (
             ["quantize", str(run.model_dir), str(tmp_path / "x"), "--text_column", "review"],

@@ -18,11 +18,10 @@ import httpx
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from benchmarks import bench_serve, serve_baselines, tables
+from encoder_tasks.serving.metrics import ServerMetrics
 
-from benchmarks import bench_serve, serve_baselines, tables  # noqa: E402
-from encoder_tasks.serving.metrics import ServerMetrics  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ---- percentiles ------------------------------------------------------------------------------------

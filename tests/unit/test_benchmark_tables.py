@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from benchmarks import bench_all, harness, tables
 
-from benchmarks import bench_all, tables  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 TABLE = {"columns": ["task", "score"], "rows": [["ner", "0.500 ± 0.010"], ["qa", "a|b"]]}
 RENDERED = "| task | score |\n|---|---|\n| ner | 0.500 ± 0.010 |\n| qa | a\\|b |"
@@ -28,9 +27,13 @@ def test_every_doc_table_matches_its_result_file():
     pending = [p for p in problems if "PENDING" in p]
     assert not problems, (
         "benchmark tables in the docs differ from the result files they cite "
-        "(regenerate with `python benchmarks/tables.py --write`):\n"
+        "(regenerate with `python -m benchmarks.tables --write`):\n"
         + "\n".join(problems)
-        + (f"\n{len(pending)} table(s) still cite PENDING: run benchmarks/bench_all.py" if pending else "")
+        + (
+            f"\n{len(pending)} table(s) still cite PENDING: run python -m benchmarks.bench_all"
+            if pending
+            else ""
+        )
     )
 
 
@@ -284,7 +287,7 @@ def test_driver_order_partial_resume_and_failures(tmp_path, monkeypatch):
 
     saved = {}
     monkeypatch.setattr(bench_all, "launch", launch)
-    monkeypatch.setattr(bench_all, "describe", lambda task, size, logs: {"dataset": "D", "describe": {}})
+    monkeypatch.setattr(bench_all, "task_sizes", lambda task, size, logs: {"dataset": "D", "describe": {}})
     monkeypatch.setattr(
         bench_all, "save_results", lambda name, data: saved.update(name=name, data=data) or tmp_path
     )
@@ -299,8 +302,9 @@ def test_driver_order_partial_resume_and_failures(tmp_path, monkeypatch):
     assert data["runs"][1]["log_tail"] == "boom"
     assert data["contenders"]["toolkit-t"] == ["--a", "1"]
     assert set(data["tables"]) == {"training", "time-shares", "targets", "variants"}
-    partial = next(tmp_path.glob("bench_all-training-quick-*.partial.json"))
-    assert len(json.loads(partial.read_text())["runs"]) == 20
+    partial = next(tmp_path.glob("bench_all-training-quick-*.partial"))
+    assert len(list(partial.glob("*-seed*.json"))) == 20  # one file per run, the failed one too
+    assert json.loads((partial / "ner-stock-tuned-seed1.json").read_text())["error"] == "exit status 1"
     # Resume: only the failed run is run again.
     calls.clear()
     failing[0] = False
@@ -346,3 +350,77 @@ def test_variants_are_compared_with_the_defaults_on_validation_data():
     (row,) = table["rows"]
     assert row[:3] == ["pair", "toolkit-batch16", "--b 16"]
     assert row[6] == "worse" and row[7] == "1.50x"
+
+
+# ---- the harness every script shares (benchmarks/harness.py) --------------------------------------
+CPUINFO = """processor	: 0
+model name	: Intel(R) Xeon(R) Platinum 8480+
+flags		: fpu sse4_2 avx avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile
+processor	: 1
+model name	: something else
+flags		: fpu
+"""
+
+
+def test_cpu_info_keeps_the_first_core_and_the_vector_and_matrix_flags():
+    assert harness.cpu_info(CPUINFO) == {
+        "model": "Intel(R) Xeon(R) Platinum 8480+",
+        "flags": ["amx_bf16", "amx_tile", "avx", "avx2", "avx512_bf16", "avx512f", "fma"],
+    }
+    arm = harness.cpu_info("processor : 0\nFeatures : fp asimd sve bf16 i8mm crc32\n")
+    assert arm["flags"] == ["asimd", "bf16", "i8mm", "sve"]
+
+
+def test_describe_records_the_machine_beside_what_older_files_hold():
+    found = harness.describe()
+    assert set(found) >= {"python", "torch", "transformers", "threads", "OMP_WAIT_POLICY", "cpu", "cuda"}
+    assert found["cores"] >= found["usable_cores"] >= 1 and isinstance(found["cpu_flags"], list)
+    json.dumps(found)  # goes into every result file
+
+
+def test_cached_computes_once_then_reads_and_redoes_refused_rows(tmp_path):
+    calls = []
+
+    def compute(value):
+        calls.append(value)
+        return {"row": value, "error": "boom"} if value == "bad" else {"row": value}
+
+    path = tmp_path / "deep" / "row.json"
+    assert harness.cached(path) is None  # nothing kept, nothing to compute
+    assert harness.cached(path, lambda: compute("bad")) == {"row": "bad", "error": "boom"}
+    ok = lambda row: "error" not in row  # noqa: E731
+    assert harness.cached(path, lambda: compute("good"), keep=ok) == {"row": "good"}
+    assert harness.cached(path, lambda: compute("again"), keep=ok) == {"row": "good"}
+    assert harness.cached(path, lambda: compute("redo"), redo=True) == {"row": "redo"}
+    assert calls == ["bad", "good", "redo"]
+    assert json.loads(path.read_text()) == {"row": "redo"}
+    assert [p.name for p in path.parent.iterdir()] == ["row.json"]  # no scratch file left
+
+
+def test_cached_leaves_no_file_when_the_computation_fails(tmp_path):
+    def fail():
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        harness.cached(tmp_path / "row.json", fail)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_timed_warms_up_once_and_keeps_the_first_output():
+    outputs = iter(range(10))
+    median, seconds, output = harness.timed(lambda: next(outputs), 4)
+    assert output == 0 and len(seconds) == 4 and next(outputs) == 5  # 1 warm-up + 4 timed
+    assert min(seconds) <= median <= max(seconds)
+
+
+def test_scripts_are_started_and_recorded_as_modules_of_the_package():
+    assert harness.module_command("bench_all", "--worker", "x")[1:] == [
+        "-m",
+        "benchmarks.bench_all",
+        "--worker",
+        "x",
+    ]
+    assert (
+        harness.invocation("bench_all", ["--size", "quick"]) == "python -m benchmarks.bench_all --size quick"
+    )
+    assert (harness.REPO / "benchmarks" / "__init__.py").is_file()
