@@ -32,3 +32,18 @@ def check_choice(flag: str, value, choices) -> None:
     """
     if value not in choices:
         raise UserError(f"--{flag} must be one of {', '.join(map(str, choices))}, found {value!r}")
+
+
+def check_probability(flag: str, value) -> None:
+    """Refuse a value that is not a probability in (0, 1] (None passes: the flag is off).
+
+    Example:
+        >>> check_probability("abstain_below", 1.5)
+        Traceback (most recent call last):
+        ...
+        encoder_tasks.errors.UserError: --abstain_below must be a probability in (0, 1], found 1.5
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise UserError(f"--{flag} must be a probability in (0, 1], found {value!r}")

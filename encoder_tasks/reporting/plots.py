@@ -5,7 +5,10 @@
 - ``confusion_matrix.png``: single-label classification (counts, rows = true label);
 - ``per_type_f1.png``: precision/recall/F1 per entity type (tagging) or per class;
 - ``score_distribution.png``: pair/regression scores (or the positive-class probability)
-  split by the true label.
+  split by the true label;
+- ``reliability.png``: the reliability diagram of the final evaluation's probabilities
+  (classification and pair: the top label's; tagging: each predicted entity's), from the
+  ``eval_reliability`` / ``eval_entity_reliability`` bins in ``metrics.json``.
 
 Without matplotlib nothing is drawn and one log line says how to get it. After a run,
 ``encoder-tasks plot <run_dir>`` draws them again from the files in the directory.
@@ -217,6 +220,57 @@ def plot_score_distribution(
     return path
 
 
+def plot_reliability(
+    table: dict, out_dir, title: str = "Reliability", ece: float | None = None
+) -> Path | None:
+    """Observed frequency against mean confidence per bin (the diagonal is perfect calibration),
+    with each bin's share of the examples below; ``table`` is
+    :func:`encoder_tasks.metrics.reliability_bins`'s output."""
+    plt = _pyplot()
+    counts = list(table.get("count") or [])
+    if plt is None or not sum(counts):
+        return None
+    bins = len(counts)
+    centres = (np.arange(bins) + 0.5) / bins
+    used = [i for i, n in enumerate(counts) if n]
+    fig, (ax, bar) = plt.subplots(
+        2, 1, figsize=(4.8, 5.2), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="perfect")
+    ax.bar(
+        centres[used],
+        [table["accuracy"][i] for i in used],
+        width=1.0 / bins,
+        edgecolor="black",
+        alpha=0.7,
+        label="observed",
+    )
+    ax.plot(
+        [table["confidence"][i] for i in used],
+        [table["accuracy"][i] for i in used],
+        "o",
+        color="tab:red",
+        markersize=3,
+        label="mean confidence",
+    )
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("observed frequency")
+    ax.set_title(title if ece is None else f"{title} (ECE {ece:.4f})")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    total = sum(counts)
+    bar.bar(centres, [n / total for n in counts], width=1.0 / bins, color="tab:blue", edgecolor="black")
+    bar.set_xlim(0, 1)
+    bar.set_xlabel("confidence")
+    bar.set_ylabel("share")
+    bar.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(out_dir) / "reliability.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _softmax(logits: np.ndarray) -> np.ndarray:
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
@@ -290,6 +344,13 @@ def plot_predictions(task: str, metadata: dict, metrics: dict, predictions, labe
     if per_type:
         title = "Per-type scores" if task == "ner" else "Per-class scores"
         written.append(_safely(plot_per_type_f1, per_type, out_dir, title=title))
+    for prefix, title in (("eval_", "Reliability"), ("eval_entity_", "Reliability of entity scores")):
+        if isinstance(metrics.get(f"{prefix}reliability"), dict):
+            ece = metrics.get(f"{prefix}ece")
+            written.append(
+                _safely(plot_reliability, metrics[f"{prefix}reliability"], out_dir, title=title, ece=ece)
+            )
+            break
     return [p for p in written if p is not None]
 
 

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import PredictArguments
-from ...errors import UserError, check_choice
+from ...errors import UserError, check_choice, check_probability
 from ...task import TaskSettings
 
 PROBLEM_TYPES = ("auto", "single_label", "multi_label", "regression")
 LONG_TEXT = ("window", "truncate")
+CALIBRATIONS = ("none", "temperature")
 
 
 @dataclass
@@ -84,9 +85,24 @@ class ClassificationArguments:
             "optimistic on the data they were tuned on, are reported as tuned_*."
         },
     )
+    calibrate: str = field(
+        default="none",
+        metadata={
+            "help": "Single-label: 'temperature' fits one temperature on the validation set after training "
+            "(logits / T before the softmax; labels never change) and saves it with the model, so predict, "
+            "serve, evaluate and a reranker give calibrated probabilities. tuned_ece_before/after report it "
+            "on the data it was fitted on. 'none' (default) leaves probabilities as trained."
+        },
+    )
 
     def __post_init__(self):
         check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
+        check_choice("calibrate", self.calibrate, CALIBRATIONS)
+        if self.calibrate != "none" and self.problem_type in ("multi_label", "regression"):
+            raise UserError(
+                f"--calibrate {self.calibrate} calibrates a single-label softmax; --problem_type is "
+                f"{self.problem_type}"
+            )
         check_long_text(self.long_text)
 
 
@@ -109,11 +125,20 @@ class ClassificationPredictArguments(PredictArguments):
         metadata={"help": "window (average overlapping windows) or truncate (cut, with a count)."},
     )
     window_stride: int = field(default=64, metadata={"help": "Tokens shared by neighbouring windows."})
+    abstain_below: float | None = field(
+        default=None,
+        metadata={
+            "help": "Single-label: when the top probability (after the model's saved temperature) is below "
+            "this, answer label null with an 'unsure' field (best label, its probability, the threshold) "
+            "instead of a label."
+        },
+    )
 
     def __post_init__(self):
         check_long_text(self.long_text)
         if self.window_stride < 0:
             raise UserError(f"--window_stride must be 0 or more, found {self.window_stride}")
+        check_probability("abstain_below", self.abstain_below)
 
 
 @dataclass(frozen=True)
@@ -137,6 +162,11 @@ class ClassificationSettings(TaskSettings):
     #: The data the thresholds were tuned on (``{"path", "sha256"}``, see
     #: :mod:`encoder_tasks.data.fingerprint`): ``evaluate`` warns when it scores that same data.
     thresholds_tuned_on: dict | None = None
+    #: Single-label ``--calibrate temperature``: probabilities are ``softmax(logits / temperature)``
+    #: (None: as trained, T = 1).
+    temperature: float | None = None
+    #: The data the temperature was fitted on (as ``thresholds_tuned_on``).
+    temperature_fitted_on: dict | None = None
     pooling: str = "mean"
     classifier_dropout: float | None = None
 

@@ -19,7 +19,15 @@ import logging
 import numpy as np
 
 from ...data.fingerprint import data_fingerprint, warn_if_tuned_on
-from ...metrics import classification_metrics, multilabel_metrics, regression_metrics
+from ...metrics import (
+    binary_calibration_metrics,
+    calibration_metrics,
+    classification_metrics,
+    fit_temperature,
+    multilabel_metrics,
+    regression_metrics,
+    softmax,
+)
 from .args import ClassificationSettings
 
 logger = logging.getLogger(__name__)
@@ -57,6 +65,10 @@ class ClassificationMetrics:
     0.5 in training (the thresholds tuned after training do not score the final evaluation,
     whose data they were tuned on; :func:`tune_after_training` reports them apart), the saved
     ones when ``evaluate`` scores a saved model. ``source`` names the evaluation data.
+
+    Calibration (``ece``, ``brier``, ``nll``, ``reliability``): single-label from the softmax
+    (after the settings' temperature, as ``predict`` gives it), multi-label from each label's
+    sigmoid as a yes/no event. Regression has no probabilities to judge.
     """
 
     def __init__(self, settings: ClassificationSettings, source: str | None = None):
@@ -73,12 +85,38 @@ class ClassificationMetrics:
             return {**regression_metrics(logits.reshape(-1), references), **counted}
         if problem_type == "multi_label":
             thresholds = np.asarray(self.settings.thresholds or [0.5] * len(label_names))
-            predicted = (sigmoid(logits) >= thresholds).astype(int)
-            return {**multilabel_metrics(predicted, references.astype(int), label_names), **counted}
-        return {**classification_metrics(logits.argmax(-1), references, label_names), **counted}
+            probs = sigmoid(logits)
+            predicted = (probs >= thresholds).astype(int)
+            calibration = binary_calibration_metrics(probs, references.astype(int))
+            return {
+                **multilabel_metrics(predicted, references.astype(int), label_names),
+                **calibration,
+                **counted,
+            }
+        probs = softmax(logits, self.settings.temperature or 1.0)
+        return {
+            **classification_metrics(logits.argmax(-1), references, label_names),
+            **calibration_metrics(probs, references),
+            **counted,
+        }
 
 
 def tune_after_training(trainer, prepared, task_args) -> dict:
+    """What the task tunes on validation data after training: the multi-label thresholds
+    (:func:`tune_multilabel_thresholds`) and the ``--calibrate temperature`` of a single-label
+    model (:func:`fit_calibration`). Returns what ``train`` reports as ``tuned_*``."""
+    return {
+        **tune_multilabel_thresholds(trainer, prepared, task_args),
+        **fit_calibration(trainer, prepared, task_args),
+    }
+
+
+def _source(prepared):
+    metrics = prepared.compute_metrics
+    return metrics.source if isinstance(metrics, ClassificationMetrics) else None
+
+
+def tune_multilabel_thresholds(trainer, prepared, task_args) -> dict:
     """Multi-label with ``--tune_thresholds`` (the default) and validation data: tune each
     label's threshold there and save them (``prepared.settings``, with the data they were tuned
     on); the final evaluation's ``eval_*`` stay at 0.5.
@@ -94,8 +132,7 @@ def tune_after_training(trainer, prepared, task_args) -> dict:
     probs = sigmoid(np.asarray(output.predictions, dtype=np.float32))
     references = np.asarray(output.label_ids).astype(int)
     thresholds = tune_thresholds(probs, references)
-    metrics = prepared.compute_metrics
-    source = metrics.source if isinstance(metrics, ClassificationMetrics) else None
+    source = _source(prepared)
     tuned_on = data_fingerprint(source) if source else None
     prepared.settings = settings.replace(thresholds=thresholds, thresholds_tuned_on=tuned_on)
     scores = multilabel_metrics(
@@ -121,9 +158,74 @@ def tune_after_training(trainer, prepared, task_args) -> dict:
     }
 
 
+def fit_calibration(trainer, prepared, task_args) -> dict:
+    """``--calibrate temperature``: fit one temperature on the validation set's logits
+    (:func:`encoder_tasks.metrics.fit_temperature`) and save it in ``prepared.settings`` (with
+    the data it was fitted on), so ``predict``, ``serve``, ``evaluate`` and a reranker divide the
+    logits by it before the softmax. The run's ``eval_*`` stay at T = 1, as trained.
+
+    Returns ``temperature``, the ECE/NLL/Brier before and after on that same data (in-sample: the
+    figures to trust come from data the temperature has not seen) and a ``note`` saying so.
+    Without validation data, or for a model that is not single-label, nothing is fitted and a
+    warning says why.
+    """
+    if getattr(task_args, "calibrate", "none") != "temperature":
+        return {}
+    settings = prepared.settings
+    why = None
+    if settings.problem_type != "single_label":
+        why = f"the model is {settings.problem_type} (temperature scaling calibrates a single-label softmax)"
+    elif prepared.eval is None:
+        why = "there is no validation data to fit it on (give --validation_file)"
+    if why:
+        logger.warning("--calibrate temperature: nothing fitted: %s", why)
+        return {"calibration_note": f"--calibrate temperature: nothing fitted: {why}"}
+    output = trainer.predict(prepared.eval)
+    logits = np.asarray(output.predictions, dtype=np.float64)
+    references = np.asarray(output.label_ids).reshape(-1)
+    temperature = round(fit_temperature(logits, references), 6)
+    source = _source(prepared)
+    fitted_on = data_fingerprint(source) if source else None
+    prepared.settings = settings.replace(temperature=temperature, temperature_fitted_on=fitted_on)
+    before = calibration_metrics(softmax(logits), references)
+    after = calibration_metrics(softmax(logits, temperature), references)
+    where = fitted_on["path"] if fitted_on else "the validation data"
+    logger.info(
+        "temperature %.4f fitted on %s and saved with the model (predict, serve and evaluate use it): "
+        "ECE %.4f -> %.4f, NLL %.4f -> %.4f there (in-sample)",
+        temperature,
+        where,
+        before["ece"],
+        after["ece"],
+        before["nll"],
+        after["nll"],
+    )
+    return {
+        "temperature": temperature,
+        "temperature_on": where,
+        **{
+            f"{name}_{when}": scores[name]
+            for name in ("ece", "nll", "brier")
+            for when, scores in (("before", before), ("after", after))
+        },
+        "calibration_note": (
+            f"temperature fitted on {where}; tuned_*_before/after are measured on that same data "
+            "(in-sample); eval_* are at T = 1, as trained"
+        ),
+    }
+
+
 def warn_if_evaluating_on_tuning_data(settings: ClassificationSettings, source: str) -> bool:
-    """``evaluate`` scores a multi-label model with its saved thresholds (as ``predict`` uses
-    them): warn when ``source`` is the data they were tuned on."""
+    """``evaluate`` scores a model with what it saved after training (as ``predict`` uses it):
+    warn when ``source`` is the data that was tuned on (multi-label thresholds, the
+    ``--calibrate temperature`` of a single-label model)."""
+    if settings.problem_type == "single_label":
+        return warn_if_tuned_on(
+            settings.temperature_fitted_on,
+            source,
+            "the model's temperature (--calibrate temperature)",
+            "its ECE/NLL/Brier there are in-sample; evaluate on data the model has not seen",
+        )
     if settings.problem_type != "multi_label":
         return False
     return warn_if_tuned_on(

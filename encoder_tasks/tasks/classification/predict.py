@@ -21,6 +21,8 @@ import numpy as np
 from ...collators import PaddingCollator
 from ...data import Split, resolve_column
 from ...data.columns import column_texts
+from ...errors import UserError
+from ...metrics import softmax
 from ...predict import load_for_prediction, run_batches, write_predictions
 from .args import ClassificationPredictArguments, ClassificationSettings
 from .metrics import sigmoid
@@ -39,11 +41,13 @@ def predict_texts(
     stride=64,
     precision="auto",
     disable_tqdm: bool | None = None,
+    abstain_below: float | None = None,
 ) -> tuple[list[dict], int]:
     """Predict labels for texts; returns one result per text in input order, and how many
     texts were longer than ``max_length`` (windowed or truncated).
 
-    ``max_length`` defaults to the model's saved one.
+    ``max_length`` defaults to the model's saved one; ``abstain_below`` as in
+    :func:`describe_prediction` (single-label models only).
 
     Example:
         >>> results, long_count = predict_texts(model, tokenizer, ["a fine film"])  # doctest: +SKIP
@@ -54,6 +58,10 @@ def predict_texts(
     if not texts:
         return [], 0
     settings = model.settings
+    if abstain_below is not None and settings is not None and settings.problem_type != "single_label":
+        raise UserError(
+            f"--abstain_below applies to single-label models; this model is {settings.problem_type}"
+        )
     max_length = max_length or (settings.max_length if settings else None) or tokenizer.model_max_length
     use_windows = long_text == "window" and pairs is None
     room = max_length - tokenizer.num_special_tokens_to_add(pair=False)
@@ -89,14 +97,31 @@ def predict_texts(
     for owner, row in zip(owners, rows):
         sums[owner] += row
     logits = sums / counts[:, None]
-    return [describe_prediction(row, settings, int(n)) for row, n in zip(logits, counts)], long_count
+    records = [describe_prediction(row, settings, int(n), abstain_below) for row, n in zip(logits, counts)]
+    return records, long_count
 
 
 def describe_prediction(
-    logits: np.ndarray, settings: ClassificationSettings | None, windows: int = 1
+    logits: np.ndarray,
+    settings: ClassificationSettings | None,
+    windows: int = 1,
+    abstain_below: float | None = None,
 ) -> dict:
     """One prediction record: label, score and probabilities (single-label), labels over their
-    thresholds (multi-label) or the score (regression)."""
+    thresholds (multi-label) or the score (regression).
+
+    Single-label probabilities are ``softmax(logits / temperature)`` with the temperature saved
+    by ``--calibrate temperature`` (1 without). With ``abstain_below``, a top probability under
+    it gives ``label`` None and an ``unsure`` field saying why (best label, its probability, the
+    threshold); score and probabilities stay.
+
+    Example:
+        >>> s = ClassificationSettings(label_names=["neg", "pos"], temperature=2.0)
+        >>> describe_prediction(np.array([0.0, 2.0 * np.log(3.0)]), s)["probabilities"]
+        {'neg': 0.25, 'pos': 0.75}
+        >>> describe_prediction(np.array([0.0, 2.0 * np.log(3.0)]), s, abstain_below=0.8)["unsure"]
+        {'best_label': 'pos', 'probability': 0.75, 'abstain_below': 0.8}
+    """
     settings = settings or ClassificationSettings()
     names = settings.label_names or [f"LABEL_{i}" for i in range(len(logits))]
     result: dict[str, Any] = {}
@@ -108,12 +133,18 @@ def describe_prediction(
         result["labels"] = [n for n, p, t in zip(names, probs, thresholds) if p >= t]
         result["probabilities"] = {n: round(float(p), 6) for n, p in zip(names, probs)}
     else:
-        shifted = np.exp(logits - logits.max())
-        probs = shifted / shifted.sum()
+        probs = softmax(logits, settings.temperature or 1.0)
         best = int(probs.argmax())
         result["label"] = names[best]
         result["score"] = round(float(probs[best]), 6)
         result["probabilities"] = {n: round(float(p), 6) for n, p in zip(names, probs)}
+        if abstain_below is not None and probs[best] < abstain_below:
+            result["label"] = None
+            result["unsure"] = {
+                "best_label": names[best],
+                "probability": result["score"],
+                "abstain_below": abstain_below,
+            }
     if windows > 1:
         result["windows"] = windows
     return result
@@ -193,5 +224,6 @@ def _records(model, tokenizer, inputs: list[dict], args, disable_tqdm) -> tuple[
         stride=args.window_stride,
         precision=args.precision,
         disable_tqdm=disable_tqdm,
+        abstain_below=args.abstain_below,
     )
     return [{**r, **result} for r, result in zip(inputs, results)], long_count

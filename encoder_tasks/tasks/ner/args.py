@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import PredictArguments
-from ...errors import UserError, check_choice
+from ...errors import UserError, check_choice, check_probability
 from ...task import TaskSettings
 from .schemes import SCHEME_HELP, check_scheme
 
@@ -152,6 +152,13 @@ class NerPredictArguments(PredictArguments):
         default=None,
         metadata={"help": "Sub-tokens shared by neighbouring windows (default: as in training)."},
     )
+    abstain_below: float | None = field(
+        default=None,
+        metadata={
+            "help": "An entity whose probability (CRF forward-backward, or the softmax product) is below "
+            "this keeps its span with type null and an 'unsure' field (best type, probability, threshold)."
+        },
+    )
 
     def __post_init__(self):
         if self.window_stride is not None and self.window_stride < 0:
@@ -159,6 +166,7 @@ class NerPredictArguments(PredictArguments):
 
     def check(self) -> None:
         super().check()
+        check_probability("abstain_below", self.abstain_below)
         if self.input_format not in INPUT_FORMATS:
             raise UserError(
                 f"--input_format must be auto, text, tokens or conll, found {self.input_format!r}"

@@ -129,6 +129,49 @@ def viterbi(
         return paths, torch.where(mask.any(dim=1), best_score, torch.zeros_like(best_score))
 
 
+def forward_backward(
+    emissions: torch.Tensor,
+    mask: torch.Tensor,
+    transitions: torch.Tensor,
+    start: torch.Tensor,
+    end: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Forward and backward log-scores ``[batch, length, tags]`` and ``log Z [batch]``.
+
+    ``alpha[b, t, j]``: log-sum of the scores of every path prefix that ends in tag j at t (its
+    emission included); ``beta[b, t, j]``: log-sum of every suffix after t given tag j at t (the
+    end score included, t's emission not). So ``alpha + beta`` at any real position log-sums to
+    ``log Z``, and the probability of any tag segment follows from the two (what entity scores
+    need). Values at padding are meaningless.
+    """
+    with _no_autocast(emissions):
+        emissions, transitions = emissions.float(), transitions.float()
+        mask = _prefix_mask(mask, emissions)
+        batch, length, n_tags = emissions.shape
+        alphas = [start.float() + emissions[:, 0]]
+        for t in range(1, length):
+            step = (
+                torch.logsumexp(alphas[-1].unsqueeze(2) + transitions.unsqueeze(0), dim=1) + emissions[:, t]
+            )
+            alphas.append(torch.where(mask[:, t : t + 1], step, alphas[-1]))
+        lengths = mask.long().sum(dim=1)
+        end = end.float().expand(batch, n_tags)
+        betas: list[torch.Tensor] = [end] * length
+        beta = end
+        for t in range(length - 2, -1, -1):
+            # beta_t(i) = logsumexp_j(trans_ij + emit_{t+1}(j) + beta_{t+1}(j)) where t+1 is real.
+            step = torch.logsumexp(
+                transitions.unsqueeze(0) + (emissions[:, t + 1] + beta).unsqueeze(1), dim=2
+            )
+            beta = torch.where(mask[:, t + 1 : t + 2], step, end)
+            betas[t] = beta
+        alpha, beta = torch.stack(alphas, dim=1), torch.stack(betas, dim=1)
+        last = (lengths - 1).clamp(min=0)
+        final = alpha.gather(1, last.view(-1, 1, 1).expand(-1, 1, n_tags)).squeeze(1)
+        log_z = torch.logsumexp(final + end, dim=1)
+        return alpha, beta, torch.where(lengths > 0, log_z, torch.zeros_like(log_z))
+
+
 def constraint_scores(
     allowed: torch.Tensor | None, allowed_start: torch.Tensor | None, n_tags: int, device=None
 ) -> tuple[torch.Tensor, torch.Tensor]:

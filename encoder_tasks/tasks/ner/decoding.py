@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .crf import LinearChainCRF, constraint_scores, viterbi
-from .schemes import allowed_transitions
+from .crf import LinearChainCRF, constraint_scores, forward_backward, viterbi
+from .schemes import allowed_transitions, spans_from_iob2
 
 
 def decode(
@@ -69,6 +69,77 @@ def decode(
             tags[i] = [label_names[j] for j in paths[row, :n].tolist()]
             probs[i] = path_probs[row, :n].numpy()
     return tags, probs
+
+
+def entity_probabilities(
+    emissions: list[np.ndarray],
+    tags: list[list[str]],
+    label_names: list[str],
+    crf: LinearChainCRF | None = None,
+    batch_size: int = 256,
+) -> list[list[tuple[str, int, int, float]]]:
+    """Each decoded entity ``(type, start, end, probability)`` per sentence: the model's
+    probability that exactly this entity is there, i.e. that its words carry these IOB2 tags
+    (``B-X I-X ...``) and the next word does not continue it (is not ``I-X``).
+
+    With a CRF this is exact under the CRF's distribution over whole tag paths (forward-backward:
+    ``alpha`` at the first word, the path's own scores inside, the backward sum over every
+    allowed non-continuing next tag); with a softmax head it is the product of the words'
+    probabilities of their tags times ``1 - P(next word is I-X)``. Entities found on window
+    seams are scored on the stitched sentence, as they are decoded. ``tags`` are IOB2.
+
+    Example:
+        >>> labels = ["O", "B-X", "I-X"]
+        >>> probs = np.array([[0.1, 0.8, 0.1], [0.3, 0.1, 0.6], [0.5, 0.25, 0.25]])
+        >>> [(k, s, e, round(p, 4)) for k, s, e, p in
+        ...  entity_probabilities([np.log(probs)], [["B-X", "I-X", "O"]], labels)[0]]
+        [('X', 0, 2, 0.36)]
+    """
+    index = {name: i for i, name in enumerate(label_names)}
+    out: list[list | None] = [None] * len(emissions)
+    order = sorted(range(len(emissions)), key=lambda i: len(emissions[i]))
+    for begin in range(0, len(order), batch_size):
+        chunk = order[begin : begin + batch_size]
+        width = max(max(len(emissions[i]) for i in chunk), 1)
+        scores = torch.zeros(len(chunk), width, len(label_names))
+        mask = torch.zeros(len(chunk), width, dtype=torch.bool)
+        for row, i in enumerate(chunk):
+            n = len(emissions[i])
+            scores[row, :n] = torch.as_tensor(emissions[i], dtype=torch.float32)
+            mask[row, :n] = True
+        if crf is not None:
+            with torch.no_grad():
+                trans, start, end = (t.detach() for t in crf.scores())
+                alpha, beta, log_z = (
+                    t.double().numpy() for t in forward_backward(scores, mask, trans, start, end)
+                )
+            trans_np, emit = trans.double().numpy(), scores.double().numpy()
+        else:
+            log_probs = torch.log_softmax(scores.double(), dim=-1).numpy()
+        for row, i in enumerate(chunk):
+            path = [index[t] for t in tags[i]]
+            n = len(path)
+            found = []
+            for kind, s, e in spans_from_iob2(tags[i]):
+                inside = index.get(f"I-{kind}")
+                if crf is not None:
+                    log_p = alpha[row, s, path[s]] - log_z[row]
+                    for t in range(s + 1, e):
+                        log_p += trans_np[path[t - 1], path[t]] + emit[row, t, path[t]]
+                    if e < n:
+                        following = trans_np[path[e - 1]] + emit[row, e] + beta[row, e]
+                        if inside is not None:
+                            following[inside] = -np.inf
+                        log_p += np.logaddexp.reduce(following)
+                    else:
+                        log_p += beta[row, e - 1, path[e - 1]]
+                else:
+                    log_p = float(sum(log_probs[row, t, path[t]] for t in range(s, e)))
+                    if e < n and inside is not None:
+                        log_p += np.log1p(-min(np.exp(log_probs[row, e, inside]), 1.0 - 1e-12))
+                found.append((kind, s, e, float(min(max(np.exp(log_p), 0.0), 1.0))))
+            out[i] = found
+    return out
 
 
 def decoding_mode(settings) -> str:

@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from ...metrics import binary_calibration_metrics
 from .args import NerSettings
-from .decoding import cpu_crf_copy, decode, decoding_mode
+from .decoding import cpu_crf_copy, decode, decoding_mode, entity_probabilities
 from .features import stitch
+from .schemes import spans_from_iob2
 
 
 def entity_errors(references: list[list[str]], predictions: list[list[str]]) -> dict[str, int]:
@@ -170,6 +172,13 @@ class TaggingMetrics:
 
     def decode(self, predictions) -> list[list[str]]:
         """IOB2 tags per sentence from the evaluation loop's ``(logits, feature_index)``."""
+        return self.decode_scored(predictions)[0]
+
+    def decode_scored(
+        self, predictions
+    ) -> tuple[list[list[str]], list[np.ndarray], list[list[tuple]] | None]:
+        """``(tags, each chosen tag's probability, each entity's probability)`` per sentence
+        (entities: span schemes only, :func:`~.decoding.entity_probabilities`)."""
         logits, feature_index = predictions if isinstance(predictions, (tuple, list)) else (predictions, None)
         logits = np.asarray(logits, dtype=np.float32)
         order = np.arange(len(logits)) if feature_index is None else np.asarray(feature_index).reshape(-1)
@@ -177,14 +186,24 @@ class TaggingMetrics:
         for row, index in enumerate(order.tolist()):
             per_feature[index] = logits[row, : self.features[index]["n_words"]]
         emissions = stitch(self.features, per_feature, [len(r) for r in self.references])
-        tags, _ = decode(emissions, self.settings.label_names, self._crf(), decoding_mode(self.settings))
-        return tags
+        crf = self._crf()
+        tags, probs = decode(emissions, self.settings.label_names, crf, decoding_mode(self.settings))
+        if self.settings.tag_scheme == "none":
+            return tags, probs, None
+        return tags, probs, entity_probabilities(emissions, tags, self.settings.label_names, crf)
 
     def __call__(self, eval_pred) -> dict:
-        predictions = self.decode(eval_pred.predictions)
+        predictions, probs, scored = self.decode_scored(eval_pred.predictions)
         if self.settings.tag_scheme == "none":
-            return plain_tag_metrics(self.references, predictions, self.settings.label_names)
-        return entity_metrics(self.references, predictions)
+            # Plain tags: how far to trust each word's tag probability.
+            confidence = np.concatenate([np.asarray(p, dtype=np.float64) for p in probs]) if probs else []
+            correct = [a == b for ref, pred in zip(self.references, predictions) for a, b in zip(ref, pred)]
+            calibration = binary_calibration_metrics(confidence, correct)
+            return {
+                **plain_tag_metrics(self.references, predictions, self.settings.label_names),
+                **{f"tag_{k}": v for k, v in calibration.items()},
+            }
+        return {**entity_metrics(self.references, predictions), **entity_calibration(self.references, scored)}
 
 
 def evaluation_records(split, metrics: TaggingMetrics, predictions) -> list[dict]:
@@ -212,3 +231,23 @@ def evaluation_records(split, metrics: TaggingMetrics, predictions) -> list[dict
             }
         )
     return records
+
+
+def entity_calibration(references: list[list[str]], scored: list[list[tuple]]) -> dict:
+    """Calibration of the predicted entities' probabilities: each predicted entity is a yes/no
+    event (its type and boundaries match a gold entity exactly), so ``entity_ece``,
+    ``entity_brier``, ``entity_nll`` and ``entity_reliability`` judge the ``score`` that
+    ``predict`` gives. Missed gold entities have no score and do not count (they show in recall).
+
+    Example:
+        >>> m = entity_calibration([["B-X", "O", "B-Y"]], [[("X", 0, 1, 0.9), ("X", 2, 3, 0.2)]])
+        >>> round(m["entity_brier"], 4), m["entity_calibration_examples"]
+        (0.025, 2)
+    """
+    confidence, correct = [], []
+    for gold, found in zip(references, scored):
+        truth = set(spans_from_iob2(gold))
+        for kind, start, end, p in found or ():
+            confidence.append(p)
+            correct.append((kind, start, end) in truth)
+    return {f"entity_{k}": v for k, v in binary_calibration_metrics(confidence, correct).items()}

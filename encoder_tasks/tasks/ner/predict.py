@@ -19,7 +19,7 @@ from ...data.loading import Split
 from ...errors import UserError
 from ...predict import load_for_prediction, run_batches, write_predictions
 from .args import NerPredictArguments, NerSettings
-from .decoding import cpu_crf_copy, decode, decoding_mode
+from .decoding import cpu_crf_copy, decode, decoding_mode, entity_probabilities
 from .features import TaggingCollator, featurize, stitch
 from .reading import RECORD_SUFFIXES, read_sentences
 from .schemes import from_iob2, spans_from_iob2
@@ -47,6 +47,14 @@ def predict_sentences(
         >>> predict_sentences(model, tokenizer, [["John", "lives", "in", "Paris"]])[0]  # doctest: +SKIP
         [['B-person', 'O', 'O', 'B-location']]
     """
+    tags, probs, _ = _tag_sentences(model, tokenizer, sentences, batch_size, max_length, stride, precision)
+    return tags, probs
+
+
+def _tag_sentences(
+    model, tokenizer, sentences, batch_size=64, max_length=None, stride=None, precision="fp32"
+):
+    """:func:`predict_sentences`, plus each sentence's stitched per-word scores (emissions)."""
     settings: NerSettings = model.settings
     # A tagger built by hand saved no max_length: it reads up to the tokenizer's own limit.
     max_length = max_length or settings.max_length or tokenizer.model_max_length
@@ -61,25 +69,48 @@ def predict_sentences(
         model, features, TaggingCollator(tokenizer), batch_size, precision, read=word_rows, desc="tagging"
     )
     scores = stitch(features, rows, [len(s) for s in sentences])
-    return decode(scores, settings.label_names, cpu_crf_copy(model), decoding_mode(settings))
+    tags, probs = decode(scores, settings.label_names, cpu_crf_copy(model), decoding_mode(settings))
+    return tags, probs, scores
 
 
-def entities(words: list[str], spans: list[tuple[int, int]], text: str, iob2: list[str], probs) -> list[dict]:
-    """Entities with character offsets into ``text`` and a score (mean probability of their tags)."""
+def entities(
+    words: list[str],
+    spans: list[tuple[int, int]],
+    text: str,
+    iob2: list[str],
+    probs,
+    scored: list[tuple[str, int, int, float]] | None = None,
+    abstain_below: float | None = None,
+) -> list[dict]:
+    """Entities with character offsets into ``text`` and a ``score``: the model's probability of
+    the entity (``scored``, from :func:`~.decoding.entity_probabilities`: CRF forward-backward or
+    the softmax product), else the mean probability of its tags.
+
+    With ``abstain_below``, an entity scored under it keeps its span but has ``type`` None and an
+    ``unsure`` field (its best type, probability and the threshold).
+    """
     found = []
+    given = {(start, end): p for _, start, end, p in scored or ()}
     for kind, start, end in spans_from_iob2(iob2):
         char_start, char_end = spans[start][0], spans[end - 1][1]
-        found.append(
-            {
-                "type": kind,
-                "text": text[char_start:char_end],
-                "start": char_start,
-                "end": char_end,
-                "token_start": start,
-                "token_end": end,
-                "score": round(float(np.mean(probs[start:end])), 6),
+        score = given.get((start, end), float(np.mean(probs[start:end])))
+        entity = {
+            "type": kind,
+            "text": text[char_start:char_end],
+            "start": char_start,
+            "end": char_end,
+            "token_start": start,
+            "token_end": end,
+            "score": round(float(score), 6),
+        }
+        if abstain_below is not None and score < abstain_below:
+            entity["type"] = None
+            entity["unsure"] = {
+                "best_type": kind,
+                "probability": entity["score"],
+                "abstain_below": abstain_below,
             }
-        )
+        found.append(entity)
     return found
 
 
@@ -106,23 +137,30 @@ def predict_tokens(model, tokenizer, sentences: list[list[str]], **kwargs) -> li
     return _results(model, tokenizer, [t for t, _ in joined], sentences, [s for _, s in joined], **kwargs)
 
 
-def _results(model, tokenizer, texts, sentences, spans, **kwargs) -> list[dict]:
+def _results(model, tokenizer, texts, sentences, spans, abstain_below=None, **kwargs) -> list[dict]:
     results: list[dict | None] = [None] * len(texts)
     nonempty = [i for i, words in enumerate(sentences) if words]
-    tags, probs = (
-        predict_sentences(model, tokenizer, [sentences[i] for i in nonempty], **kwargs)
+    tags, probs, emissions = (
+        _tag_sentences(model, tokenizer, [sentences[i] for i in nonempty], **kwargs)
         if nonempty
-        else ([], [])
+        else ([], [], [])
     )
     scheme = model.settings.tag_scheme
+    scored = (
+        entity_probabilities(emissions, tags, model.settings.label_names, cpu_crf_copy(model))
+        if scheme != "none" and nonempty
+        else [None] * len(tags)
+    )
     for i in range(len(texts)):
         results[i] = {"text": texts[i], "tokens": [], "tags": [], "entities": []}
-    for i, iob2, p in zip(nonempty, tags, probs):
+    for i, iob2, p, found in zip(nonempty, tags, probs, scored):
         results[i] = {
             "text": texts[i],
             "tokens": sentences[i],
             "tags": from_iob2(iob2, scheme),
-            "entities": [] if scheme == "none" else entities(sentences[i], spans[i], texts[i], iob2, p),
+            "entities": []
+            if scheme == "none"
+            else entities(sentences[i], spans[i], texts[i], iob2, p, found, abstain_below),
         }
         if scheme == "none":
             results[i]["scores"] = [round(float(x), 6) for x in p]
@@ -223,6 +261,7 @@ def predict_inputs(model, tokenizer, inputs: list[dict], args: NerPredictArgumen
         "max_length": args.max_length,
         "stride": args.window_stride,
         "precision": args.precision,
+        "abstain_below": args.abstain_below,
     }
     results: list = [None] * len(inputs)
     for kind, run in (("text", predict_texts), ("tokens", predict_tokens)):
