@@ -75,11 +75,13 @@ CLONE_SPLITS = {
     "validation": ["tomli", "platformdirs"],
     "test": ["rich", "urllib3", "truststore", "pygments", "certifi", "requests", "idna", "distro", "msgpack"],
 }
+#: ``full`` is sized for 2 CPU cores shared with other jobs (each training step is a few seconds
+#: there): 512 training pairs at 64 tokens, one epoch.
 SIZES = {
-    "quick": {"train_pairs": 200, "val_queries": 100, "test_queries": 100, "distractors": 100, "mlm_steps": 5,
-              "clone_train": 200, "max_length": 128, "batch": 16, "epochs": 1, "mlm_batch": 8},
-    "full": {"train_pairs": 1500, "val_queries": 300, "test_queries": 500, "distractors": 500, "mlm_steps": 60,
-             "clone_train": 1200, "max_length": 128, "batch": 32, "epochs": 1, "mlm_batch": 16},
+    "quick": {"train_pairs": 64, "val_queries": 50, "test_queries": 50, "distractors": 50, "mlm_steps": 3,
+              "mlm_documents": 64, "clone_train": 64, "max_length": 64, "batch": 16, "epochs": 1, "mlm_batch": 8},
+    "full": {"train_pairs": 512, "val_queries": 200, "test_queries": 300, "distractors": 300, "mlm_steps": 20,
+             "mlm_documents": 512, "clone_train": 320, "max_length": 64, "batch": 32, "epochs": 1, "mlm_batch": 16},
 }  # fmt: skip
 MASKINGS = ("tokens", "words", "identifiers")
 logger = logging.getLogger("bench_code")
@@ -315,71 +317,80 @@ def run_clones(work: Path, size: dict, seed: int) -> dict:
 
 
 # ---- the run ----------------------------------------------------------------------------------
-def run(work: Path, size: dict, seeds: list[int], mlm_seed: int) -> dict:
-    timings = {}
+def run(work: Path, size: dict, seeds: list[int], progress) -> dict:
+    """Every row, most important first; ``progress(results)`` is called after each step, so a run
+    stopped on a busy machine still leaves what it finished (``complete`` says whether all did)."""
+    timings: dict = {}
     start = time.perf_counter()
     data = extract_search(work)
     report = json.loads((data / "report.json").read_text())
     sets = search_sets(data, size, work)
-    timings["data_s"] = round(time.perf_counter() - start, 1)
     test, validation = sets["test"], sets["validation"]
     rows: dict[str, list[dict]] = {}
+    masking_rows: dict = {}
+    results = {
+        "search": {"rows": rows, "test_queries": len(test["queries"]), "test_corpus": len(test["corpus"]),
+                   "validation_queries": len(validation["queries"]), "train_pairs": sets["train_size"],
+                   "packages": SEARCH_SPLITS, "split_members": report["split_members"],
+                   "extraction": report["counts"], "skipped_files": report["skipped"]},
+        "masking": masking_rows,
+        "timings": timings,
+        "complete": False,
+    }  # fmt: skip
+
+    def step(name):
+        timings[name + "_s"] = round(time.perf_counter() - start, 1)
+        results["search"]["table"] = [
+            {"model": m, "runs": len(r), **{k: mean_spread([x[k] for x in r]) for k in ("mrr@10", "ndcg@10")}}
+            for m, r in rows.items()
+        ]
+        progress(results)
+
     rows["BM25 (code tokens)"] = [cached(work / "bm25.json", lambda: bm25_scores(test))]
     rows["base MiniLM"] = [cached(work / "base.json", lambda: dense_scores(MINILM, test, size))]
-    timings["baselines_s"] = round(time.perf_counter() - start, 1)
-    mined = mine(sets, work, size)
-    for seed in seeds:
+    step("baselines")
+
+    def fine_tuned(seed):
         ft = train_embedding(work / f"ft-seed{seed}", sets["train_file"], size, seed)
         rows.setdefault("fine-tuned", []).append(
-            cached(ft / "test.json", lambda ft=ft: dense_scores(str(ft), test, size))
+            cached(ft / "test.json", lambda: dense_scores(str(ft), test, size))
         )
-        timings[f"fine-tuned seed {seed}_s"] = round(time.perf_counter() - start, 1)
-    for seed in seeds[:1]:
-        hard = train_embedding(
-            work / f"hardneg-seed{seed}", mined, size, seed, MINILM, "--negative_columns", "negative_1"
-        )
-        rows.setdefault("fine-tuned + mined hard negatives", []).append(
-            cached(hard / "test.json", lambda hard=hard: dense_scores(str(hard), test, size)))  # fmt: skip
-    timings["hard negatives_s"] = round(time.perf_counter() - start, 1)
+        step(f"fine-tuned seed {seed}")
+
+    fine_tuned(seeds[0])
+    results["clones"] = run_clones(work, size, seeds[0])
+    step("clones")
     documents = write_jsonl(
-        work / "sets" / "mlm-train.jsonl",
-        sample(read_jsonl(data / "mlm-train.jsonl"), size["train_pairs"] * 2),
+        work / "sets" / "mlm-train.jsonl", sample(read_jsonl(data / "mlm-train.jsonl"), size["mlm_documents"])
     )
-    masking_rows = {}
-    for masking in MASKINGS:
-        mlm = train_mlm(work / f"mlm-{masking}-seed{mlm_seed}", documents, size, masking, mlm_seed)
+    for masking in ("identifiers", "tokens", "words"):
+        mlm = train_mlm(work / f"mlm-{masking}-seed{seeds[0]}", documents, size, masking, seeds[0])
         ft = train_embedding(
-            work / f"mlm-{masking}-ft-seed{mlm_seed}", sets["train_file"], size, mlm_seed, str(mlm)
+            work / f"mlm-{masking}-ft-seed{seeds[0]}", sets["train_file"], size, seeds[0], str(mlm)
         )
         masking_rows[masking] = {
             "test": cached(ft / "test.json", lambda ft=ft: dense_scores(str(ft), test, size)),
             "validation": cached(
                 ft / "validation.json", lambda ft=ft: dense_scores(str(ft), validation, size)
             ),
-            "mlm_eval_loss": json.loads((mlm / "metrics.json").read_text()).get("train_loss"),
+            "mlm_train_loss": json.loads((mlm / "metrics.json").read_text()).get("train_loss"),
         }
-        timings[f"mlm {masking}_s"] = round(time.perf_counter() - start, 1)
-    rows["identifier MLM, then fine-tuned"] = [masking_rows["identifiers"]["test"]]
-    clones = run_clones(work, size, seeds[0])
-    timings["clones_s"] = round(time.perf_counter() - start, 1)
-    table = []
-    for name, runs in rows.items():
-        table.append(
-            {
-                "model": name,
-                "runs": len(runs),
-                **{k: mean_spread([r[k] for r in runs]) for k in ("mrr@10", "ndcg@10")},
-            }
-        )
-    return {
-        "search": {"rows": rows, "table": table, "test_queries": len(test["queries"]), "test_corpus": len(test["corpus"]),
-                   "train_pairs": sets["train_size"], "packages": SEARCH_SPLITS,
-                   "split_members": report["split_members"], "extraction": report["counts"],
-                   "skipped_files": report["skipped"]},
-        "masking": masking_rows,
-        "clones": clones,
-        "timings": timings,
-    }  # fmt: skip
+        if masking == "identifiers":
+            rows["identifier MLM, then fine-tuned"] = [masking_rows["identifiers"]["test"]]
+        step(f"mlm {masking}")
+    mined = mine(sets, work, size)
+    hard = train_embedding(
+        work / f"hardneg-seed{seeds[0]}", mined, size, seeds[0], MINILM, "--negative_columns", "negative_1"
+    )
+    rows["fine-tuned + mined hard negatives"] = [
+        cached(hard / "test.json", lambda: dense_scores(str(hard), test, size))
+    ]
+    step("hard negatives")
+    for seed in seeds[1:]:
+        fine_tuned(seed)
+    results["complete"] = True
+    step("all")
+    return results
 
 
 def cpu_flags() -> list[str]:
@@ -409,20 +420,24 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    results = run(work, size, seeds, seeds[0])
-    results["size"] = {"name": args.size, **size}
-    results["seeds"] = seeds
-    results["cpu_flags"] = cpu_flags()
-    results["machine"] = (
-        f"{os.cpu_count()} CPU cores shared with other jobs (load average at the end: {os.getloadavg()[0]:.1f}); "
-        "timings are indicative only"
-    )
-    results["wall_s"] = round(time.perf_counter() - started, 1)
-    results["command"] = "python benchmarks/bench_code.py " + " ".join(sys.argv[1:])
-    shown = [
-        {**r, **{k: f"{r[k]['mean']:.4f} ± {r[k]['std']:.4f}" for k in ("mrr@10", "ndcg@10")}}
-        for r in results["search"]["table"]
-    ]
+    partial = work / "result.json"
+
+    def finish(results: dict) -> dict:
+        results["size"] = {"name": args.size, **size}
+        results["seeds"] = seeds
+        results["cpu_flags"] = cpu_flags()
+        results["machine"] = (
+            f"{os.cpu_count()} CPU cores shared with other jobs (load average now: {os.getloadavg()[0]:.1f}); "
+            "timings are indicative only"
+        )
+        results["wall_s"] = round(time.perf_counter() - started, 1)
+        results["command"] = "python benchmarks/bench_code.py " + " ".join(sys.argv[1:])
+        partial.write_text(json.dumps(results, indent=2, default=str))
+        return results
+
+    results = run(work, size, seeds, finish)
+    shown = [{**r, **{k: f"{r[k]['mean']:.4f} ± {r[k]['std']:.4f}" for k in ("mrr@10", "ndcg@10")}}
+             for r in results["search"]["table"]]  # fmt: skip
     print_table(shown, ["model", "runs", "mrr@10", "ndcg@10"])
     print_table([{"masking": m, **r["test"], "val mrr@10": r["validation"]["mrr@10"]} for m, r in results["masking"].items()],
                 ["masking", "mrr@10", "ndcg@10", "val mrr@10"])  # fmt: skip

@@ -378,3 +378,34 @@ def test_masks_are_seeded_by_content(tok):
     feats = code_features(tok, CODE_TEXTS)
     collate = MaskingCollator(tok, mask_rate=0.4, masking="identifiers", seed=3)
     assert torch.equal(collate(feats)["labels"], collate(list(feats))["labels"])
+
+
+def test_mlm_prepare_with_identifier_masking(tok):
+    import datasets
+
+    from encoder_tasks.config import DataArguments
+    from encoder_tasks.data import Split
+    from encoder_tasks.tasks.mlm.args import MLMArguments, MLMSettings
+    from encoder_tasks.tasks.mlm.data import prepare
+
+    docs = datasets.Dataset.from_dict({"text": CODE_TEXTS * 10})
+    args = MLMArguments(masking="identifiers", validation_fraction=0.2)
+    prepared = prepare({"train": Split("train", "code", docs)}, tok, args, DataArguments(max_length=32))
+    assert prepared.settings.masking == "identifiers"
+    assert MLMSettings.from_dict(prepared.settings.to_dict()).masking == "identifiers"
+    block = prepared.train[0]
+    assert len(block["identifiers"]) == len(block["input_ids"]) and any(block["identifiers"])
+    batch = prepared.collator(None)([prepared.train[i] for i in range(4)])
+    picked = batch["labels"] != -100
+    flags = torch.zeros_like(batch["labels"])
+    for i in range(4):
+        flags[i, : len(prepared.train[i]["identifiers"])] = torch.tensor(prepared.train[i]["identifiers"])
+    assert bool((flags[picked] > 0).all())
+    # --masking words is whole-word masking; the two flags cannot disagree
+    assert (
+        MaskingCollator(tok, masking="words").mode
+        == MaskingCollator(tok, whole_word_masking=True).mode
+        == "words"
+    )
+    with pytest.raises(UserError, match="two maskings"):
+        MLMArguments(masking="identifiers", whole_word_masking=True)
