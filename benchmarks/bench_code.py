@@ -370,9 +370,6 @@ def run(work: Path, size: dict, seeds: list[int], progress) -> dict:
         )
         masking_rows[masking] = {
             "test": cached(ft / "test.json", lambda ft=ft: dense_scores(str(ft), test, size)),
-            "validation": cached(
-                ft / "validation.json", lambda ft=ft: dense_scores(str(ft), validation, size)
-            ),
             "mlm_train_loss": json.loads((mlm / "metrics.json").read_text()).get("train_loss"),
         }
         if masking == "identifiers":
@@ -391,6 +388,48 @@ def run(work: Path, size: dict, seeds: list[int], progress) -> dict:
     results["complete"] = True
     step("all")
     return results
+
+
+def tables(results: dict) -> dict:
+    """The result file's tables (:mod:`benchmarks.tables` format), from the numbers it holds."""
+
+    def pm(runs, key):
+        spread = mean_spread([r[key] for r in runs])
+        return f"{spread['mean']:.4f} ± {spread['std']:.4f}" if len(runs) > 1 else f"{spread['mean']:.4f}"
+
+    rows = results["search"]["rows"]
+    out = {
+        "search": {
+            "columns": ["model", "runs", "MRR@10", "nDCG@10"],
+            "rows": [
+                [name, len(runs), pm(runs, "mrr@10"), pm(runs, "ndcg@10")] for name, runs in rows.items()
+            ],
+        }
+    }
+    if results.get("masking"):
+        out["masking"] = {
+            "columns": ["MLM masking, then fine-tuned", "MRR@10", "nDCG@10", "MLM train loss"],
+            "rows": [
+                [m, f"{r['test']['mrr@10']:.4f}", f"{r['test']['ndcg@10']:.4f}", f"{r['mlm_train_loss']:.3f}"]
+                for m, r in results["masking"].items()
+            ],
+        }
+    if results.get("clones"):
+        out["clones"] = {
+            "columns": ["clone detection", "F1", "ROC AUC", "threshold (chosen on validation)"],
+            "rows": [[m, r["f1"], r["auc"], r["threshold"]] for m, r in results["clones"]["rows"].items()],
+        }
+    if "fine-tuned" in rows:
+        ft = mean_spread([r["mrr@10"] for r in rows["fine-tuned"]])
+        target = []
+        for other, asked in (("base MiniLM", 0.10), ("BM25 (code tokens)", None)):
+            gain = ft["mean"] - rows[other][0]["mrr@10"]
+            met = gain > ft["std"] and (asked is None or gain >= asked)
+            target.append([f"fine-tuned - {other}, MRR@10 (points)", f"{100 * gain:+.1f}",
+                           f"{100 * ft['std']:.1f} ({ft['n']} seeds)", "yes" if met else "no",
+                           "> spread" + (f" and >= +{100 * asked:.0f}" if asked else "")])  # fmt: skip
+        out["targets"] = {"columns": ["target", "measured", "seed spread", "met", "asked"], "rows": target}
+    return out
 
 
 def cpu_flags() -> list[str]:
@@ -413,7 +452,14 @@ def main() -> None:
         "--seeds", default="42,43,44", help="Seeds of the plain fine-tune (the first one for the others)."
     )
     parser.add_argument("--save", action="store_true", help="Write the result file to benchmarks/results/.")
+    parser.add_argument("--add_tables", default=None, help="Only (re)compute the tables of this result file.")
     args = parser.parse_args()
+    if args.add_tables:
+        path = Path(args.add_tables)
+        data = json.loads(path.read_text())
+        data["tables"] = tables(data)
+        path.write_text(json.dumps(data, indent=2, default=str))
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     size = SIZES[args.size]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -432,6 +478,7 @@ def main() -> None:
         )
         results["wall_s"] = round(time.perf_counter() - started, 1)
         results["command"] = "python benchmarks/bench_code.py " + " ".join(sys.argv[1:])
+        results["tables"] = tables(results)
         partial.write_text(json.dumps(results, indent=2, default=str))
         return results
 
@@ -439,8 +486,9 @@ def main() -> None:
     shown = [{**r, **{k: f"{r[k]['mean']:.4f} ± {r[k]['std']:.4f}" for k in ("mrr@10", "ndcg@10")}}
              for r in results["search"]["table"]]  # fmt: skip
     print_table(shown, ["model", "runs", "mrr@10", "ndcg@10"])
-    print_table([{"masking": m, **r["test"], "val mrr@10": r["validation"]["mrr@10"]} for m, r in results["masking"].items()],
-                ["masking", "mrr@10", "ndcg@10", "val mrr@10"])  # fmt: skip
+    print_table(
+        [{"masking": m, **r["test"]} for m, r in results["masking"].items()], ["masking", "mrr@10", "ndcg@10"]
+    )
     print_table(
         [{"model": m, **r} for m, r in results["clones"]["rows"].items()], ["model", "f1", "auc", "threshold"]
     )
