@@ -279,9 +279,8 @@ def python_files(
             if wanted is not None and relative.split("/")[0].removesuffix(".py") not in wanted:
                 continue
             here.append((path, relative))
-        if not here:
-            what = f" of the packages {', '.join(sorted(wanted))}" if wanted else ""
-            raise UserError(f"code: {root} holds no Python files{what} (expected .py files under it)")
+        if not here and wanted is None:  # with --packages, the names not found are reported below
+            raise UserError(f"code: {root} holds no Python files (expected .py files under it)")
         found.extend(here)
     if wanted is not None:
         seen = {relative.split("/")[0].removesuffix(".py") for _, relative in found}
