@@ -28,6 +28,7 @@ TOOLS = {
     "plot": ("encoder_tasks.reporting.plots", "main"),
     "serve": ("encoder_tasks.serving.cli", "main"),
     "quantize": ("encoder_tasks.commands.quantize", "main"),
+    "code": ("encoder_tasks.commands.code", "main"),
 }
 
 
@@ -39,6 +40,7 @@ def _usage() -> str:
         "       encoder-tasks plot RUN_DIR",
         "       encoder-tasks serve RUN_DIR [NAME=RUN_DIR ...] [--host 127.0.0.1] [--port 8080]",
         "       encoder-tasks quantize RUN_DIR DEST [--validation_file FILE]",
+        "       encoder-tasks code extract SRC [SRC ...] OUT_DIR [--packages a,b] [--split_by package|file]",
         "",
         "tasks:",
     ]
@@ -134,7 +136,7 @@ def _run(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
-    if argv[0] in TOOLS:  # commands that are not a task: recipes, export, plot, serve, quantize
+    if argv[0] in TOOLS:  # commands that are not a task: recipes, export, plot, serve, quantize, code
         module_name, function = TOOLS[argv[0]]
         return getattr(importlib.import_module(module_name), function)(argv[1:])
     task_name, rest = argv[0], argv[1:]

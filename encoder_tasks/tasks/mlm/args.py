@@ -19,6 +19,8 @@ from ...config import PredictArguments
 from ...errors import UserError
 from ...task import TaskSettings
 
+#: ``--masking`` choices: single tokens, whole words, or whole identifiers (code).
+MASKINGS = ("tokens", "words", "identifiers")
 #: ``--chinese_segmenter`` choices: jieba words when installed (auto), jieba, or characters (none).
 SEGMENTERS = ("auto", "jieba", "none")
 
@@ -46,6 +48,27 @@ def check_masking(mask_rate: float, mask_replace_prob: float, random_replace_pro
             f"--mask_replace_prob ({mask_replace_prob}) + --random_replace_prob ({random_replace_prob}) "
             "must not exceed 1 (the rest of the picked tokens are kept unchanged)"
         )
+
+
+def masking_mode(masking: str, whole_word_masking: bool) -> str:
+    """The masking in force: ``--masking``, where ``--whole_word_masking true`` means ``words``.
+
+    Example:
+        >>> masking_mode("tokens", True), masking_mode("identifiers", False)
+        ('words', 'identifiers')
+        >>> masking_mode("identifiers", True)
+        Traceback (most recent call last):
+        ...
+        encoder_tasks.errors.UserError: --whole_word_masking true and --masking identifiers ask for two maskings; give one (--masking words is whole-word masking)
+    """
+    if masking not in MASKINGS:
+        raise UserError(f"--masking must be one of {', '.join(MASKINGS)}, found {masking!r}")
+    if whole_word_masking and masking == "identifiers":
+        raise UserError(
+            "--whole_word_masking true and --masking identifiers ask for two maskings; give one "
+            "(--masking words is whole-word masking)"
+        )
+    return "words" if whole_word_masking else masking
 
 
 def check_segmenter(choice: str) -> None:
@@ -81,6 +104,14 @@ class MLMArguments:
     )
     whole_word_masking: bool = field(
         default=False, metadata={"help": "Mask whole words (all their tokens) instead of single tokens."}
+    )
+    masking: str = field(
+        default="tokens",
+        metadata={
+            "help": "tokens, words (= --whole_word_masking true) or identifiers (source code: only identifiers "
+            "and dotted API names such as os.path.join are masked, each with all its tokens; as many tokens "
+            "masked in expectation as --mask_rate of the sequence)."
+        },
     )
     chinese_segmenter: str = field(
         default="auto",
@@ -132,6 +163,7 @@ class MLMArguments:
     def __post_init__(self):
         check_masking(self.mask_rate, self.mask_replace_prob, self.random_replace_prob)
         check_segmenter(self.chinese_segmenter)
+        masking_mode(self.masking, self.whole_word_masking)
         if not 0.0 <= self.validation_fraction < 1.0:
             raise UserError(f"--validation_fraction must be in [0, 1), found {self.validation_fraction}")
         if self.head_warmup_steps < 0:
@@ -177,6 +209,9 @@ class MLMSettings(TaskSettings):
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
     whole_word_masking: bool = False
+    #: ``tokens``, ``words`` or ``identifiers`` (files written before this field: ``tokens``, with
+    #: ``whole_word_masking`` deciding words).
+    masking: str = "tokens"
     #: With whole-word masking, the segmenter training used (``auto`` resolved to ``jieba`` or ``none``).
     chinese_segmenter: str = "auto"
     eval_mask_seed: int = 1234
@@ -195,6 +230,7 @@ class MLMSettings(TaskSettings):
             mask_replace_prob=args.mask_replace_prob,
             random_replace_prob=args.random_replace_prob,
             whole_word_masking=args.whole_word_masking,
+            masking=args.masking,
             chinese_segmenter=chinese_segmenter,
             eval_mask_seed=args.eval_mask_seed,
             masked_only_head=args.masked_only_head,

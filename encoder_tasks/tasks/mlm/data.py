@@ -20,7 +20,7 @@ import logging
 
 from ...data import Split, resolve_column
 from ...task import Prepared, TaskSettings
-from .args import MLMArguments, MLMSettings
+from .args import MLMArguments, MLMSettings, masking_mode
 from .masking import MaskingCollator, has_cjk, load_segmenter
 from .metrics import compute_metrics
 from .text import make_blocks
@@ -61,7 +61,8 @@ def prepare(
     (:func:`encoder_tasks.settings.resolve`); ``saved`` is those settings, kept as they are.
     Without validation data, ``--validation_fraction`` of the training documents is held out.
     """
-    segmenter = load_segmenter(task_args.chinese_segmenter) if task_args.whole_word_masking else None
+    mode = masking_mode(task_args.masking, task_args.whole_word_masking)
+    segmenter = load_segmenter(task_args.chinese_segmenter) if mode == "words" else None
     train, evaluation = splits.get("train"), splits.get("validation")
     if (
         train is not None
@@ -75,7 +76,7 @@ def prepare(
         if split is None:
             continue
         column = resolve_column(split, task_args.text_column, "text")
-        if task_args.whole_word_masking and segmenter is None:
+        if mode == "words" and segmenter is None:
             _warn_about_chinese(split, column)
         blocks[name] = make_blocks(
             split.dataset,
@@ -85,13 +86,14 @@ def prepare(
             task_args.line_by_line,
             segmenter,
             split.source,
+            identifiers=mode == "identifiers",
         )
     settings = saved
     if settings is None:
         # With whole-word masking, the segmenter "auto" chose (so evaluate masks words as
         # training did); without, no choice was made and the flag is kept as given.
         used = task_args.chinese_segmenter
-        if task_args.whole_word_masking:
+        if mode == "words":
             used = "jieba" if segmenter is not None else "none"
         settings = MLMSettings.from_arguments(task_args, data_args.max_length, chinese_segmenter=used)
 
@@ -102,6 +104,7 @@ def prepare(
             mask_replace_prob=task_args.mask_replace_prob,
             random_replace_prob=task_args.random_replace_prob,
             whole_word_masking=task_args.whole_word_masking,
+            masking=task_args.masking,
             eval_seed=task_args.eval_mask_seed,
             pad_to_multiple_of=pad,
         )

@@ -12,6 +12,17 @@ tokenisation (from ``word_ids()``, or from a Chinese segmenter, see
 :func:`word_start_flags`). Each word is picked with probability ``mask_rate``, so each token
 is masked with probability ``mask_rate`` in expectation, exactly as in token masking.
 
+Identifier masking (``masking="identifiers"``, for source code) picks identifiers instead: only
+tokens inside an identifier or a dotted API name (``os.path.join``: one name) can be picked, and
+every token of a picked one is masked (a ``snake_case`` name that the tokenizer cuts into
+``snake``, ``_``, ``case`` is hidden whole, so the model cannot copy one half from the other).
+The spans come from the ``identifiers`` column (:func:`encoder_tasks.data.code.identifier_flags`:
+1 starts an identifier, 2 continues it, 0 is not one). So that the three maskings predict as many
+tokens, each identifier is picked with probability ``mask_rate * real tokens / identifier tokens``
+(at most 1): a ``mask_rate`` share of the sequence's tokens in expectation, all on identifiers.
+The 80/10/10 rule then applies to every picked token as in the other modes. A sequence without
+identifiers has nothing to predict.
+
 With ``seed`` set the masks depend only on the seed and the sequence itself (not on batch
 composition or order), so evaluation numbers are comparable between runs.
 """
@@ -27,7 +38,7 @@ import numpy as np
 import torch
 
 from ...errors import UserError
-from .args import check_masking, check_segmenter
+from .args import check_masking, check_segmenter, masking_mode
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +123,8 @@ class MaskingCollator:
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
     whole_word_masking: bool = False
+    #: ``tokens``, ``words`` or ``identifiers`` (``whole_word_masking`` true means ``words``).
+    masking: str = "tokens"
     seed: int | None = None
     pad_to_multiple_of: int | None = None
     #: Seed of the masks used for evaluation (see :meth:`for_evaluation`).
@@ -119,6 +132,7 @@ class MaskingCollator:
 
     def __post_init__(self):
         check_masking(self.mask_rate, self.mask_replace_prob, self.random_replace_prob)
+        self.mode = masking_mode(self.masking, self.whole_word_masking)
         tok = self.tokenizer
         if tok.mask_token_id is None:
             raise UserError(
@@ -143,12 +157,19 @@ class MaskingCollator:
         digest = zlib.crc32(ids.numpy().astype(np.int64).tobytes())
         return torch.Generator().manual_seed((self.seed * 1_000_003 + digest) % (2**63))
 
-    def mask_one(self, input_ids, word_starts=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def mask_one(self, input_ids, word_starts=None, identifiers=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Mask one unpadded sequence; returns (masked input ids, labels)."""
         ids = torch.as_tensor(input_ids, dtype=torch.long)
         gen = self._generator(ids)
         maskable = ~torch.isin(ids, self.special_ids)
-        if self.whole_word_masking and word_starts is not None:
+        if self.mode == "identifiers":
+            if identifiers is None:
+                raise UserError(
+                    "--masking identifiers: the examples carry no identifier spans (tokenise them with "
+                    "--masking identifiers, which marks the identifiers of the code)"
+                )
+            picked = self._pick_identifiers(torch.as_tensor(identifiers, dtype=torch.long), maskable, gen)
+        elif self.mode == "words" and word_starts is not None:
             starts = torch.as_tensor(word_starts, dtype=torch.long).clone()
             starts[0] = 1
             word_index = torch.cumsum(starts, 0) - 1  # the word each token belongs to
@@ -172,8 +193,24 @@ class MaskingCollator:
             masked[to_random] = self.ordinary_ids[choice]
         return masked, labels
 
+    def _pick_identifiers(self, flags: torch.Tensor, maskable: torch.Tensor, gen) -> torch.Tensor:
+        """Whole identifiers, each with the probability that gives ``mask_rate`` of the tokens."""
+        inside = (flags > 0) & maskable
+        count = int(inside.sum())
+        if count == 0:
+            return inside
+        # Units come from the flags alone: a new identifier where one starts, or where one continues
+        # after a token outside any (a block cut in the middle of a name). An unknown token inside
+        # a name ([UNK] is a special token) stays as it is; the rest of the name is masked.
+        before = torch.cat([torch.zeros(1, dtype=torch.long), flags[:-1]])
+        starts = (flags == 1) | ((flags == 2) & (before == 0))
+        unit = torch.cumsum(starts.long(), 0) - 1
+        rate = min(1.0, self.mask_rate * int(maskable.sum()) / count)
+        picked_units = torch.rand(int(unit.max()) + 1, generator=gen) < rate
+        return inside & picked_units[unit.clamp(min=0)]
+
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        rows = [self.mask_one(f["input_ids"], f.get("word_starts")) for f in features]
+        rows = [self.mask_one(f["input_ids"], f.get("word_starts"), f.get("identifiers")) for f in features]
         length = max(len(ids) for ids, _ in rows)
         if self.pad_to_multiple_of:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of

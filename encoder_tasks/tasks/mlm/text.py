@@ -219,13 +219,22 @@ def document_separator(tokenizer) -> int | None:
     return None
 
 
-def _chunks(ids: list[int], starts: list[int], size: int):
+def _chunks(ids: list[int], starts: list[int], names: list[int], size: int):
     for i in range(0, len(ids), size):
-        yield ids[i : i + size], starts[i : i + size]
+        yield ids[i : i + size], starts[i : i + size], names[i : i + size]
 
 
-def blocks_function(tokenizer, text_column: str, max_length: int, line_by_line: bool, segmenter=None):
-    """A batched ``map`` function: documents -> blocks with ``input_ids``, ``word_starts``, ``length``."""
+def blocks_function(
+    tokenizer,
+    text_column: str,
+    max_length: int,
+    line_by_line: bool,
+    segmenter=None,
+    identifiers: bool = False,
+):
+    """A batched ``map`` function: documents -> blocks with ``input_ids``, ``word_starts``, ``length``
+    (and ``identifiers``, the identifier spans of code, with ``identifiers``)."""
+    from ...data.code import identifier_flags, identifier_spans
     from .masking import word_start_flags
 
     prefix, suffix = special_frame(tokenizer)
@@ -238,31 +247,42 @@ def blocks_function(tokenizer, text_column: str, max_length: int, line_by_line: 
         texts = ["" if t is None else str(t) for t in batch[text_column]]
         enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
         out: dict[str, list] = {"input_ids": [], "word_starts": [], "length": []}
+        if identifiers:
+            out["identifiers"] = []
 
-        def emit(ids, starts):
+        def emit(ids, starts, names):
             out["input_ids"].append(prefix + ids + suffix)
             out["word_starts"].append([1] * len(prefix) + starts + [1] * len(suffix))
             out["length"].append(len(prefix) + len(ids) + len(suffix))
+            if identifiers:
+                out["identifiers"].append([0] * len(prefix) + names + [0] * len(suffix))
 
         stream_ids: list[int] = []
         stream_starts: list[int] = []
+        stream_names: list[int] = []
         for i, text in enumerate(texts):
             ids = enc["input_ids"][i]
             if not ids:
                 continue
-            starts = word_start_flags(enc.word_ids(i), enc["offset_mapping"][i], text, segmenter)
+            offsets = enc["offset_mapping"][i]
+            starts = word_start_flags(enc.word_ids(i), offsets, text, segmenter)
+            names = identifier_flags(offsets, identifier_spans(text)) if identifiers else [0] * len(ids)
             if line_by_line:
-                for chunk_ids, chunk_starts in _chunks(ids, starts, content):
-                    emit(chunk_ids, chunk_starts)
+                for chunk_ids, chunk_starts, chunk_names in _chunks(ids, starts, names, content):
+                    emit(chunk_ids, chunk_starts, chunk_names)
                 continue
             if stream_ids and separator is not None:
                 stream_ids.append(separator)
                 stream_starts.append(1)
+                stream_names.append(0)
             stream_ids.extend(ids)
             stream_starts.extend(starts)
+            stream_names.extend(names)
         if not line_by_line:
-            for chunk_ids, chunk_starts in _chunks(stream_ids, stream_starts, content):
-                emit(chunk_ids, chunk_starts)
+            for chunk_ids, chunk_starts, chunk_names in _chunks(
+                stream_ids, stream_starts, stream_names, content
+            ):
+                emit(chunk_ids, chunk_starts, chunk_names)
         return out
 
     return make_blocks
@@ -276,6 +296,7 @@ def make_blocks(
     line_by_line: bool = False,
     segmenter=None,
     source: str = "data",
+    identifiers: bool = False,
 ):
     """Tokenise a dataset of documents into MLM blocks (see the module docstring).
 
@@ -294,7 +315,7 @@ def make_blocks(
         line = dataset[index][LINE_COLUMN] if LINE_COLUMN in dataset.column_names else None
         where = f"{source} line {line}" if line is not None else f"{source} row {index + 1}"
         raise UserError(f"{where}: column {text_column!r} expected text, found {value!r}")
-    function = blocks_function(tokenizer, text_column, max_length, line_by_line, segmenter)
+    function = blocks_function(tokenizer, text_column, max_length, line_by_line, segmenter, identifiers)
     blocks = dataset.map(
         function,
         batched=True,

