@@ -166,8 +166,22 @@ def _old_fields(task: str, records: list[dict]) -> list[dict]:
 
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_format1_model_predicts_what_the_old_code_predicted(task, tmp_path):
-    found = _predict(task, _fixture(task, tmp_path), tmp_path)
-    _assert_close(_old_fields(task, found), _expected(task), f"{task} predictions")
+    _assert_same_predictions(task, _predict(task, _fixture(task, tmp_path), tmp_path), f"{task} predictions")
+
+
+def _assert_same_predictions(task: str, records: list[dict], where: str) -> None:
+    found, expected = _old_fields(task, records), _expected(task)
+    if task == "ner":
+        # An entity's score changed meaning on purpose (docs/calibration.md): it is now the
+        # probability of exactly that entity, not the mean of its tags' probabilities. The
+        # entities themselves must be the same; the new score must be a probability.
+        for record in found:
+            for entity in record["entities"]:
+                assert 0.0 <= entity.pop("score") <= 1.0
+        for record in expected:
+            for entity in record["entities"]:
+                entity.pop("score")
+    _assert_close(found, expected, where)
 
 
 @pytest.mark.parametrize("task", TASK_NAMES)
@@ -188,4 +202,4 @@ def test_resaving_a_format1_model_writes_format2(task, tmp_path):
     assert all(before[k].equal(after[k]) for k in before)
     # The head built from format-2 settings is the one format 1 described: same predictions.
     found = _predict(task, model_dir, tmp_path, "resaved.jsonl")
-    _assert_close(_old_fields(task, found), _expected(task), f"{task} predictions after re-saving")
+    _assert_same_predictions(task, found, f"{task} predictions after re-saving")
