@@ -14,17 +14,32 @@ import contextlib
 
 import torch
 
+from . import training_args
 from .errors import check_choice
-from .training_args import native_bf16_available
 
 #: ``--precision`` of every inference path.
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
+def bf16_pays_off(device_type: str) -> bool:
+    """Whether ``--precision auto`` predicts in bf16 on a device of this type.
+
+    Where bf16 is native (:func:`encoder_tasks.training_args.native_bf16_available`: a bf16 GPU or
+    Intel XPU, a CPU with AVX512-BF16 or AMX), except a CPU without AMX: there bf16 matmuls run
+    on AVX-512 and lost to fp32 in every measurement (MiniLM encode, torch bf16 autocast 0.72x
+    fp32, ``benchmarks/results/backends-20261201-163838.json``; sentence-transformers bf16 0.62x,
+    ``cpu-inference-full-20261201-164641.json``; OpenVINO bf16 0.87x,
+    ``openvino-20261201-164304.json``), while with AMX the toolkit's bf16 predict was 2.2x its
+    fp32 (``predict-20261130-135821.json``, on an AMX machine).
+    """
+    if not training_args.native_bf16_available(use_cpu=device_type == "cpu"):
+        return False
+    return device_type != "cpu" or training_args.cpu_has_amx()
+
+
 def uses_bf16(device: torch.device | str, precision: str = "auto") -> bool:
-    """Whether ``precision`` on ``device`` computes in bf16: ``bf16``, or ``auto`` where bf16 is
-    native (a bf16 GPU or Intel XPU, a CPU with AVX512-BF16 or AMX; not Apple MPS: see
-    :func:`encoder_tasks.training_args.native_bf16_available`).
+    """Whether ``precision`` on ``device`` computes in bf16: ``bf16``, or ``auto`` where bf16
+    pays off (:func:`bf16_pays_off`).
 
     Example:
         >>> uses_bf16("cpu", "fp32"), uses_bf16("cpu", "bf16")
@@ -32,9 +47,7 @@ def uses_bf16(device: torch.device | str, precision: str = "auto") -> bool:
     """
     check_choice("precision", precision, PRECISIONS)
     device = torch.device(device)
-    return precision == "bf16" or (
-        precision == "auto" and native_bf16_available(use_cpu=device.type == "cpu")
-    )
+    return precision == "bf16" or (precision == "auto" and bf16_pays_off(device.type))
 
 
 def autocast_for(device: torch.device | str, precision: str = "auto"):

@@ -22,6 +22,7 @@ from encoder_tasks import padding_free as pf
 from encoder_tasks.backbone import load_encoder
 from encoder_tasks.collators import PaddingCollator
 from encoder_tasks.errors import UserError
+from encoder_tasks.heads import load_starting_encoder
 from encoder_tasks.tasks.classification.model import SequenceClassifier
 from encoder_tasks.tasks.embedding.model import BiEncoder
 from encoder_tasks.tasks.mlm.masking import MaskingCollator
@@ -361,7 +362,8 @@ def test_missing_flash_attention_is_a_user_error(tiny_bert):
 def test_attn_implementation_reaches_an_encoder_taken_from_a_run(tiny_bert, tmp_path):
     model = SequenceClassifier(load_encoder(tiny_bert), num_labels=2)
     model.save_pretrained(tmp_path / "run")
-    assert encoder(str(tmp_path / "run")).config._attn_implementation == EMULATED
+    started = load_starting_encoder(str(tmp_path / "run"), attn_implementation=EMULATED)
+    assert started.config._attn_implementation == EMULATED
 
 
 # ---- a real training run --------------------------------------------------------------------------

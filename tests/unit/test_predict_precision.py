@@ -17,8 +17,14 @@ def test_auto_follows_hardware(monkeypatch):
     from encoder_tasks import training_args
 
     a = torch.randn(4, 4)
-    for native, dtype in ((True, torch.bfloat16), (False, torch.float32)):
+    # bf16 on a CPU only with AMX: AVX512-BF16 alone lost to fp32 (encoder_tasks.precision).
+    for native, amx, dtype in (
+        (True, True, torch.bfloat16),
+        (True, False, torch.float32),
+        (False, True, torch.float32),
+    ):
         monkeypatch.setattr(training_args, "native_bf16_available", lambda use_cpu=False, n=native: n)
+        monkeypatch.setattr(training_args, "cpu_has_amx", lambda a=amx: a)
         with autocast_for("cpu", "auto"):
             assert (a @ a).dtype == dtype
 
@@ -54,6 +60,7 @@ def test_prediction_stores_encoder_weights_in_bf16_only_when_it_computes_in_bf16
         ("bf16", False, torch.bfloat16),
     ):
         monkeypatch.setattr(training_args, "native_bf16_available", lambda use_cpu=False, n=native: n)
+        monkeypatch.setattr(training_args, "cpu_has_amx", lambda: True)
         model = Model()
         model.load_state_dict(reference.state_dict())
         cast_encoder_for_inference(model, precision)
