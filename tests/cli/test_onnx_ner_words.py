@@ -6,8 +6,9 @@ import random
 
 import pytest
 
+from encoder_tasks.commands.export import export_model
 from encoder_tasks.errors import UserError
-from encoder_tasks.export import OnnxModel, export_model
+from encoder_tasks.export import OnnxModel
 from encoder_tasks.tasks.ner.decoding import decode_exported
 from tests.helpers import run_predict, write
 
