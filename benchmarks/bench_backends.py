@@ -15,7 +15,10 @@ batches, pool, normalise). Contenders, each loaded once:
 - ``auto``: no flag at all (what ``auto`` chose is recorded);
 - ``onnx int8 dynamic`` / ``onnx int8 static``: the directories ``encoder-tasks quantize MODEL DEST
   --backend onnx --method dynamic|static`` writes (static calibrated on 256 STS-B **train** sentences,
-  none of the measured ones), loaded with no flag.
+  none of the measured ones), loaded with no flag;
+- ``openvino int8 static``: ``quantize --backend openvino`` (nncf, calibrated on the same 256
+  sentences), loaded with no flag;
+- ``torch int8 dynamic``: ``quantize`` at its default backend (torch dynamic int8 layers).
 
 Timing: one warm-up pass each, then ``--rounds`` rounds in which every contender encodes all sentences
 once, in an order rotated each round (a load spike hits every contender alike); the median pass is
@@ -84,26 +87,26 @@ def read_pairs(path: Path, sentences: int) -> tuple[list[tuple[str, str, float]]
     return pairs, list(seen)
 
 
-def quantized(model: str, work: Path, method: str, calibration: Path) -> Path:
-    """``encoder-tasks quantize MODEL DEST --backend onnx --method METHOD``, once per work folder."""
+def quantized(model: str, work: Path, method: str, calibration: Path, backend: str = "onnx") -> Path:
+    """``encoder-tasks quantize MODEL DEST --backend BACKEND --method METHOD``, once per work folder."""
     from encoder_tasks.commands.quantize import quantize_run
 
-    dest = work / f"int8-{method}"
+    dest = work / f"int8-{backend}-{method}"
     if not (dest / "quantization_report.json").is_file():
         started = time.perf_counter()
         quantize_run(
             model,
             dest,
-            backend="onnx",
+            backend=backend,
             method=method,
             calibration_file=str(calibration) if method == "static" else None,
             overwrite=True,
         )
-        (work / f"int8-{method}.seconds").write_text(f"{time.perf_counter() - started:.1f}")
+        (work / f"int8-{backend}-{method}.seconds").write_text(f"{time.perf_counter() - started:.1f}")
     return dest
 
 
-def tables(rows: list[dict]) -> dict:
+def tables(rows: list[dict], sentences: int = 1999) -> dict:
     """The docs' tables (benchmarks/tables.py): every contender, and the int8 rows beside torch fp32."""
 
     def runs_as(row: dict) -> str:
@@ -119,9 +122,9 @@ def tables(rows: list[dict]) -> dict:
             f"{row['cosine_vs_torch_fp32_mean']:.4f} / {row['cosine_vs_torch_fp32_min']:.4f}",
         ]
 
-    head = "contender (1,999 STS-B test sentences, batch 64)"
+    head = f"contender ({sentences:,} STS-B test sentences, batch 64)"
     rest = ["sentences/s", "x torch fp32", "STS-B test Spearman", "cosine to torch fp32, mean / min"]
-    int8 = [r for r in rows if r["contender"] == "torch fp32" or r["contender"].startswith("onnx int8")]
+    int8 = [r for r in rows if r["contender"] == "torch fp32" or " int8 " in r["contender"]]
     return {
         "backends": {"columns": [head, "runs as", *rest], "rows": [cells(r, True) for r in rows]},
         "backends-int8": {"columns": [head, *rest], "rows": [cells(r, False) for r in int8]},
@@ -162,6 +165,12 @@ def main() -> None:
         "auto": lambda: Predictor.load(model, task="embedding", backend="auto"),
         "onnx int8 dynamic": lambda: Predictor.load(quantized(model, args.work, "dynamic", calibration)),
         "onnx int8 static": lambda: Predictor.load(quantized(model, args.work, "static", calibration)),
+        "openvino int8 static": lambda: Predictor.load(
+            quantized(model, args.work, "static", calibration, backend="openvino")
+        ),
+        "torch int8 dynamic": lambda: Predictor.load(
+            quantized(model, args.work, "dynamic", calibration, backend="torch")
+        ),
     }
     names = [n.strip() for n in args.only.split(",")] if args.only else list(loads)
     contenders, rows = {}, {}
@@ -218,10 +227,15 @@ def main() -> None:
             "cosine_vs_torch_fp32_min",
         ],
     )
-    for method in ("dynamic", "static"):
-        timing = args.work / f"int8-{method}.seconds"
-        if timing.is_file():
-            rows.get(f"onnx int8 {method}", {})["quantize_seconds"] = float(timing.read_text())
+    for backend, method in (
+        ("onnx", "dynamic"),
+        ("onnx", "static"),
+        ("openvino", "static"),
+        ("torch", "dynamic"),
+    ):
+        timing = args.work / f"int8-{backend}-{method}.seconds"
+        if timing.is_file() and f"{backend} int8 {method}" in rows:
+            rows[f"{backend} int8 {method}"]["quantize_seconds"] = float(timing.read_text())
     path = save_results(
         "backends",
         {
@@ -238,7 +252,7 @@ def main() -> None:
             "note": "measured on a shared machine (other jobs running: see the load averages); each round runs "
             "every contender once in rotated order and the median is kept, so load spikes hit all alike",
             "rows": table,
-            "tables": tables(table),
+            "tables": tables(table, len(texts)),
         },
     )
     print(f"saved {path}")

@@ -17,8 +17,9 @@ beside the fp32 parameters that were not quantized. ``<task> predict``, ``<task>
 CPU, in fp32 around its int8 layers (``--precision auto`` means fp32 for it).
 
 ``--backend onnx`` writes an int8 ONNX graph of the encoder instead (``--method dynamic|static``,
-``--calibration_file``, the ``--max_metric_loss`` guardrail: :mod:`encoder_tasks.commands.quantize_runtime`); a bare encoder
-or sentence-transformers folder is accepted as an embedding model by either backend.
+``--calibration_file``, the ``--max_metric_loss`` guardrail: :mod:`encoder_tasks.commands.quantize_runtime`);
+``--backend openvino`` a static int8 OpenVINO graph (nncf; the same calibration and guardrail). A bare
+encoder or sentence-transformers folder is accepted as an embedding model by every backend.
 
 With ``--validation_file`` (plus the task's flags for reading it, as ``<task> evaluate``
 takes them), both models are scored by the task's own evaluate path and timed on the file's
@@ -97,7 +98,8 @@ def quantize_run(
         )
     if method != "dynamic" or calibration_file is not None:
         raise UserError(
-            "quantize --backend torch is dynamic int8 only (no calibration); for static int8 use --backend onnx"
+            "quantize --backend torch is dynamic int8 only (no calibration); for static int8 use --backend onnx "
+            "or --backend openvino"
         )
     import torch
 
@@ -206,15 +208,16 @@ def main(argv: list[str]) -> int:
         "--backend",
         default="torch",
         choices=("torch", "onnx", "openvino"),
-        help="torch: torch dynamic int8 layers; onnx: an int8 ONNX graph of the encoder, run by ONNX Runtime "
-        "(docs/quantization.md) (default torch).",
+        help="torch: torch dynamic int8 layers; onnx: an int8 ONNX graph of the encoder, run by ONNX Runtime; "
+        "openvino: a static int8 OpenVINO graph (nncf) (docs/quantization.md) (default torch).",
     )
     parser.add_argument(
         "--method",
         default=None,
         choices=("dynamic", "static"),
-        help="dynamic: activations quantized per batch as the model runs (default); static: activation "
-        "ranges calibrated on --calibration_file (onnx only; measured in docs/quantization.md).",
+        help="dynamic: activations quantized per batch as the model runs (default; torch, onnx); static: "
+        "activation ranges calibrated on --calibration_file (onnx, openvino: its only method and its default; "
+        "measured in docs/quantization.md).",
     )
     parser.add_argument(
         "--calibration_file",
@@ -231,7 +234,7 @@ def main(argv: list[str]) -> int:
         type=float,
         default=0.01,
         help="Largest relative loss of the task metric on --validation_file: past it, the most sensitive "
-        "encoder layers stay fp32, one at a time (onnx) (default 0.01: 1%%).",
+        "encoder layers stay fp32, one at a time (onnx, openvino) (default 0.01: 1%%).",
     )
     args, rest = parser.parse_known_args(argv)
     if rest and args.validation_file is None:
@@ -251,7 +254,7 @@ def main(argv: list[str]) -> int:
         repeats=args.repeats,
         metric=args.metric,
         backend=args.backend,
-        method=args.method or "dynamic",
+        method=args.method or ("static" if args.backend == "openvino" else "dynamic"),
         calibration_file=args.calibration_file,
         calibration_samples=args.calibration_samples,
         max_metric_loss=args.max_metric_loss,

@@ -1,8 +1,14 @@
-"""``encoder-tasks quantize --backend onnx``: an int8 graph of the encoder in a run directory, with a
-guardrail on the task metric.
+"""``encoder-tasks quantize --backend onnx|openvino``: an int8 graph of the encoder in a run directory,
+with a guardrail on the task metric.
 
     encoder-tasks quantize runs/ner runs/ner-int8 --backend onnx --method static \\
         --validation_file dev.conll --max_metric_loss 0.01
+    encoder-tasks quantize runs/ner runs/ner-ov --backend openvino --validation_file dev.conll
+
+``--backend openvino`` is static int8 only (nncf post-training quantization,
+:mod:`encoder_tasks.quantization.openvino`); its graph is ``encoder.xml`` (+ ``encoder.bin``) in
+``DEST`` and its guardrail keeps a layer in fp32 by leaving that layer's linear layers to nncf's
+ignored scope. The steps are the same for both backends:
 
 1. The model (a run, or for the embedding task any encoder or sentence-transformers folder) is
    saved into ``DEST`` as it is (fp32 weights: ``--backend torch`` still runs them) and its encoder
@@ -134,25 +140,31 @@ def quantize_with_runtime(
     repeats: int = 3,
     metric: str | None = None,
 ) -> dict:
-    """Write ``dest``: ``model_dir`` with an int8 ONNX graph of its encoder; returns the report (also
+    """Write ``dest``: ``model_dir`` with an int8 graph of its encoder for ``backend`` (onnx, openvino); returns the report (also
     ``dest/quantization_report.json``). See the module docstring."""
     from ..backbone import load_tokenizer
     from ..data.writers import write_json
     from ..export.staging import staged
     from ..heads import EncoderWithHead
-    from ..quantization.onnx import METHODS, graph_feeds, layer_sensitivity, quantizable_nodes, quantize_graph
+    from ..quantization.onnx import graph_feeds
     from ..runtimes import apply_backend, runtime_module
     from ..saved import task_named
     from .quantize_checks import REPORT_FILE, check_source
     from .quantize_report import describe_sizes, headline_metric
 
-    if backend != "onnx":
+    if backend not in GRAPHS:
         raise UserError(
-            f"quantize --backend {backend}: int8 graphs are written for the onnx backend here; "
-            "use --backend onnx, or --backend torch (torch dynamic int8)"
+            f"quantize --backend {backend}: int8 graphs are written for {' and '.join(GRAPHS)} here; "
+            "use one of them, or --backend torch (torch dynamic int8)"
         )
-    if method not in METHODS:
-        raise UserError(f"quantize: --method must be one of {', '.join(METHODS)}, found {method!r}")
+    graphs = GRAPHS[backend]()
+    if backend == "openvino" and method == "dynamic":
+        raise UserError(
+            "quantize --backend openvino is static int8 only (nncf, calibrated on your inputs): add --method static "
+            "with --validation_file or --calibration_file; for dynamic int8 use --backend onnx or --backend torch"
+        )
+    if method not in graphs.methods:
+        raise UserError(f"quantize: --method must be one of {', '.join(graphs.methods)}, found {method!r}")
     if not 0 <= max_metric_loss < 1:
         raise UserError(f"quantize: --max_metric_loss is a fraction (0.01: 1%), found {max_metric_loss}")
     if calibration_samples < 1:
@@ -175,7 +187,7 @@ def quantize_with_runtime(
         _save(model, staging, None)  # the fp32 run: what is scored, calibrated on and timed as fp32
         load_tokenizer(path).save_pretrained(str(staging))
         fp32_graph = runtime_module(backend).export_encoder(model.encoder, Path(scratch) / "fp32")
-        names = [i.name for i in _graph_inputs(fp32_graph)]
+        names = graphs.input_names(fp32_graph)
         metrics, calls = {}, []
         if validation_file is not None:
             logger.info("quantize: evaluating the fp32 model on %s", validation_file)
@@ -185,18 +197,18 @@ def quantize_with_runtime(
         else:
             calibration_calls = _sample(calls, calibration_samples)
         calibration = graph_feeds(calibration_calls, names) if method == "static" else None
-        nodes = quantizable_nodes(fp32_graph)
-        int8_graph = staging / INT8_FILE
+        nodes = graphs.nodes(fp32_graph)
+        int8_graph = staging / graphs.int8_file
         excluded: list[int] = []
         steps: list[dict] = []
         sensitivity: list[dict] | None = None
 
         def quantize_and_score() -> dict | None:
             skip = [name for name, layer in nodes.items() if layer in excluded]
-            quantize_graph(fp32_graph, int8_graph, method, calibration, exclude=skip)
+            graphs.quantize(fp32_graph, staging, method, calibration, skip)
             record = {
                 "backend": backend,
-                "file": INT8_FILE,
+                "file": graphs.int8_file,
                 "precision": "int8",
                 "method": method,
                 "excluded_layers": sorted(excluded),
@@ -221,7 +233,7 @@ def quantize_with_runtime(
             if sensitivity is None:
                 probe_calls = calibration_calls[:8] or calls[:8]
                 probe = graph_feeds(probe_calls, names)
-                sensitivity = layer_sensitivity(fp32_graph, method, calibration, probe, nodes)
+                sensitivity = graphs.sensitivity(fp32_graph, method, calibration, probe, nodes)
             layer = next(
                 row["layer"] for row in sensitivity if row["layer"] >= 0 and row["layer"] not in excluded
             )
@@ -238,10 +250,7 @@ def quantize_with_runtime(
         report["quantization"] = {
             **record,
             "layers": [name for name, layer in nodes.items() if layer not in excluded],
-            "weights": "int8, symmetric, one scale per output channel",
-            "activations": "uint8, ranges calibrated on the calibration inputs (QDQ)"
-            if method == "static"
-            else "uint8, one scale per batch, computed as the graph runs",
+            **graphs.describe(method),
             "calibration": (
                 {"file": calibration_file, "inputs": sum(len(f["input_ids"]) for f in calibration)}
                 if method == "static" and calibration_file
@@ -250,10 +259,10 @@ def quantize_with_runtime(
                 else None
             ),
             "source": str(model_dir),
-            "onnxruntime": _ort_version(),
+            **graphs.versions(),
         }
         report["runtime"] = record
-        report["size"] = describe_sizes(fp32_graph, int8_graph)
+        report["size"] = describe_sizes(graphs.weights(fp32_graph), graphs.weights(int8_graph))
         if validation_file is not None:
             report["validation_file"] = str(validation_file)
             report["metric"] = compared
@@ -279,16 +288,98 @@ def quantize_with_runtime(
     return report
 
 
-def _graph_inputs(path: Path):
-    import onnx
+class _OnnxGraphs:
+    """ONNX Runtime int8 (:mod:`encoder_tasks.quantization.onnx`): one ``.onnx`` file."""
 
-    return onnx.load(str(path), load_external_data=False).graph.input
+    int8_file = INT8_FILE
+
+    def __init__(self):
+        from ..quantization import onnx as quantization
+
+        self.q = quantization
+        self.methods = quantization.METHODS
+
+    def input_names(self, graph: Path) -> list[str]:
+        import onnx
+
+        return [i.name for i in onnx.load(str(graph), load_external_data=False).graph.input]
+
+    def nodes(self, graph: Path) -> dict[str, int]:
+        return self.q.quantizable_nodes(graph)
+
+    def quantize(self, graph: Path, staging: Path, method: str, calibration, skip) -> None:
+        self.q.quantize_graph(graph, staging / self.int8_file, method, calibration, exclude=skip)
+
+    def sensitivity(self, graph: Path, method: str, calibration, probe, nodes) -> list[dict]:
+        return self.q.layer_sensitivity(graph, method, calibration, probe, nodes)
+
+    def describe(self, method: str) -> dict:
+        return {
+            "weights": "int8, symmetric, one scale per output channel",
+            "activations": "uint8, ranges calibrated on the calibration inputs (QDQ)"
+            if method == "static"
+            else "uint8, one scale per batch, computed as the graph runs",
+        }
+
+    def versions(self) -> dict:
+        import onnxruntime
+
+        return {"onnxruntime": onnxruntime.__version__}
+
+    def weights(self, graph: Path) -> Path:
+        return graph
 
 
-def _ort_version() -> str:
-    import onnxruntime
+class _OpenVINOGraphs:
+    """OpenVINO static int8 (:mod:`encoder_tasks.quantization.openvino`, nncf): ``encoder.xml`` with
+    its ``encoder.bin`` and ``encoder_info.json`` at the top of the run directory (where every
+    loader's linked view of the directory finds them)."""
 
-    return onnxruntime.__version__
+    int8_file = "encoder.xml"
+
+    def __init__(self):
+        try:
+            import nncf  # noqa: F401  (refused before any work, not after the fp32 evaluation)
+        except ImportError:
+            raise UserError(
+                "quantize --backend openvino needs nncf, which is not installed: pip install 'encoder-tasks[openvino]'"
+            ) from None
+        from ..quantization import openvino as quantization
+
+        self.q = quantization
+        self.methods = quantization.METHODS
+
+    def input_names(self, graph: Path) -> list[str]:
+        return self.q.input_names(graph)
+
+    def nodes(self, graph: Path) -> dict[str, int]:
+        return self.q.linear_nodes(graph)
+
+    def quantize(self, graph: Path, staging: Path, method: str, calibration, skip) -> None:
+        self.q.quantize_graph(graph, staging, calibration, exclude=skip)
+
+    def sensitivity(self, graph: Path, method: str, calibration, probe, nodes) -> list[dict]:
+        return self.q.layer_sensitivity(graph, calibration, probe, nodes)
+
+    def describe(self, method: str) -> dict:
+        return {
+            "weights": "int8, symmetric, one scale per output channel (nncf)",
+            "activations": "int8/uint8, ranges calibrated on the calibration inputs "
+            "(nncf ModelType.TRANSFORMER: SmoothQuant, no quantizers on the LayerNorms)",
+        }
+
+    def versions(self) -> dict:
+        import nncf
+        import openvino
+
+        return {"openvino": openvino.__version__, "nncf": nncf.__version__}
+
+    def weights(self, graph: Path) -> Path:
+        return Path(graph).with_suffix(".bin")
+
+
+#: The backends ``quantize`` writes int8 graphs for.
+GRAPHS = {"onnx": _OnnxGraphs, "openvino": _OpenVINOGraphs}
 
 
 def _speeds(staging, record, calls, repeats, batch_size, EncoderWithHead, apply_backend) -> dict:
@@ -328,7 +419,7 @@ def _table(report: dict) -> list[str]:
 def _log(report: dict) -> None:
     runtime = report["runtime"]
     lines = [
-        f"quantize: {report['source']} -> {report['dest']} ({report['task']}, onnx {runtime['method']} int8; "
+        f"quantize: {report['source']} -> {report['dest']} ({report['task']}, {runtime['backend']} {runtime['method']} int8; "
         f"layers kept in fp32: {runtime['excluded_layers'] or 'none'})",
         *_table(report),
     ]
@@ -337,11 +428,15 @@ def _log(report: dict) -> None:
 
 def _write_readme(path: Path, report: dict) -> None:
     runtime, task = report["runtime"], report["task"]
+    engine, graph = {
+        "onnx": ("ONNX Runtime", "an ONNX graph"),
+        "openvino": ("OpenVINO", "an OpenVINO graph"),
+    }[runtime["backend"]]
     text = [
-        f"# int8 {task} model (ONNX Runtime)",
+        f"# int8 {task} model ({engine})",
         "",
-        f"The int8 copy of `{report['source']}`, written by `encoder-tasks quantize --backend onnx --method "
-        f"{runtime['method']}`: `{runtime['file']}` is the encoder as an ONNX graph whose matrix products are "
+        f"The int8 copy of `{report['source']}`, written by `encoder-tasks quantize --backend {runtime['backend']} "
+        f"--method {runtime['method']}`: `{runtime['file']}` is the encoder as {graph} whose matrix products are "
         f"int8 ({runtime['quantized_nodes']} of them); encoder layers kept in fp32 by the metric guardrail: "
         f"{runtime['excluded_layers'] or 'none'}. The task's head and post-processing run in torch around it; "
         "`model.safetensors` keeps the fp32 weights (`--backend torch` runs them).",

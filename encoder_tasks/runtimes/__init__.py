@@ -536,7 +536,9 @@ def _first_line(exc: BaseException) -> str:
 
 def describe(model) -> dict[str, Any]:
     """Which backend ``model``'s encoder runs on, for logs and reports."""
+    from .base import EncoderRuntime as BaseRuntime  # the OpenVINO encoder's base (runtimes/base.py)
+
     encoder = getattr(model, "encoder", None)
-    if isinstance(encoder, EncoderRuntime):
+    if isinstance(encoder, (EncoderRuntime, BaseRuntime)):
         return {"backend": encoder.backend, "precision": encoder.precision, "path": str(encoder.path)}
     return {"backend": "torch"}

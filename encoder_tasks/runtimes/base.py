@@ -40,6 +40,9 @@ class EncoderRuntime(nn.Module):
         super().__init__()
         self.config = config
         self.input_names = tuple(input_names)
+        # A zero-size parameter keeps ``model.device`` (the first parameter's device) answering
+        # ``cpu`` for heads without weights (embedding), as runtimes/__init__.py's stand-in does.
+        self._device_anchor = nn.Parameter(torch.zeros(0), requires_grad=False)
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The last hidden states (float32 ``[batch, sequence, hidden]``) for int64 ``feeds``."""
