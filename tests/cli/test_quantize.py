@@ -36,7 +36,16 @@ def quantized(task_runs, tmp_path_factory):
     dests = {}
     for task, run in task_runs.items():
         dest = root / task
-        argv = ["quantize", str(run.model_dir), str(dest), "--validation_file", str(run.train_file)]
+        # torch's dynamic int8 (auto would calibrate OpenVINO static int8 on the validation file).
+        argv = [
+            "quantize",
+            str(run.model_dir),
+            str(dest),
+            "--backend",
+            "torch",
+            "--validation_file",
+            str(run.train_file),
+        ]
         assert main([*argv, "--repeats", "1", *READ_FLAGS.get(task, [])]) == 0
         dests[task] = dest
     return dests
@@ -221,3 +230,27 @@ def test_overwrite_replaces_an_earlier_int8_run(task_runs, tmp_path):
     layers = read_json(dest / "encoder_tasks.json")["settings"]["quantization"]["layers"]
     assert len(layers) == 6 and not any("intermediate" in name or "output.dense" in name for name in layers)
     assert not [p for p in dest.iterdir() if p.name.startswith(".export-tmp-")]
+
+
+def test_auto_calibrates_openvino_static_int8_on_the_validation_file_else_torch(task_runs, tmp_path, caplog):
+    from encoder_tasks.commands.quantize import choose_backend
+
+    run = task_runs["classification"]
+    assert choose_backend(None, None, heads=False, skip=None)[:2] == (
+        "torch",
+        "dynamic",
+    )  # nothing to calibrate on
+    assert choose_backend(str(run.train_file), None, heads=True, skip=None)[:2] == ("torch", "dynamic")
+    assert choose_backend(str(run.train_file), None, heads=False, skip=None)[:2] == ("openvino", "static")
+    dest = tmp_path / "auto"
+    with caplog.at_level("INFO"):
+        assert (
+            main(["quantize", str(run.model_dir), str(dest), "--validation_file", str(run.train_file)]) == 0
+        )
+    assert "quantize --backend auto: openvino static int8" in caplog.text
+    runtime = read_json(dest / "encoder_tasks.json")["settings"]["runtime"]
+    assert runtime["backend"] == "openvino" and runtime["method"] == "static"
+    # Loaded at the defaults (no --backend), it runs the OpenVINO graph and keeps the fp32 labels.
+    int8 = Predictor.load(dest)
+    fp32 = Predictor.load(run.model_dir, precision="fp32")
+    assert [r["label"] for r in int8(run.records)] == [r["label"] for r in fp32(run.records)]
