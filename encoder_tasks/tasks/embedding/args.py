@@ -38,6 +38,10 @@ INDEXES = ("float", "int8", "binary")
 CANDIDATE_SOURCES = ("model", "bm25", "both")
 MINE_FORMATS = ("n-tuple", "labeled-pair")
 SAMPLINGS = ("top", "random")
+#: ``--model_type``: one dense vector per text, or a sparse (SPLADE-style) vocabulary vector.
+MODEL_TYPES = ("dense", "sparse")
+#: The sparsity regularisers of a sparse model (:mod:`.sparse`).
+SPARSE_REGULARIZERS = ("flops", "l1")
 
 
 def parse_ks(text: str) -> list[int]:
@@ -151,6 +155,27 @@ class EmbeddingArguments:
             "retrieval evaluation reports each size, `encode --dimensions N` cuts vectors."
         },
     )
+    model_type: str = field(
+        default="dense",
+        metadata={
+            "help": "dense (one vector per text) or sparse (SPLADE-style: a weight per vocabulary token, "
+            "from an MLM-shaped head, log-saturated and max-pooled; retrieved by an inverted index)."
+        },
+    )
+    sparse_regularizer: str = field(
+        default="flops", metadata={"help": "--model_type sparse: the sparsity regulariser, flops or l1."}
+    )
+    sparse_weight: float = field(
+        default=1e-3,
+        metadata={"help": "--model_type sparse: the regulariser's weight in the loss (0: none)."},
+    )
+    inference_free_queries: bool = field(
+        default=False,
+        metadata={
+            "help": "--model_type sparse: queries (the first text of a pair) are their tokens weighted by a "
+            "learned weight per token, with no encoder pass (fast search, less accurate)."
+        },
+    )
     cache_chunk_size: int | None = field(
         default=None,
         metadata={
@@ -169,6 +194,14 @@ class EmbeddingArguments:
             raise UserError(f"pooling must be one of {', '.join(POOLINGS)}, found {self.pooling!r}")
         parse_ks(self.retrieval_k)
         parse_dims(self.matryoshka_dims)
+        check_choice("model_type", self.model_type, MODEL_TYPES)
+        check_choice("sparse_regularizer", self.sparse_regularizer, SPARSE_REGULARIZERS)
+        if self.sparse_weight < 0:
+            raise UserError(f"--sparse_weight must be zero or positive, found {self.sparse_weight}")
+        if self.model_type == "sparse" and (self.matryoshka_dims or self.cache_chunk_size):
+            raise UserError(
+                "--model_type sparse does not take --matryoshka_dims or --cache_chunk_size (dense vectors only)"
+            )
         if self.cache_chunk_size is not None and self.cache_chunk_size < 1:
             raise UserError(f"--cache_chunk_size must be at least 1, found {self.cache_chunk_size}")
 
@@ -211,6 +244,11 @@ class EmbeddingSettings(TaskSettings):
     evaluation_mode: str | None = None
     #: Prefix sizes trained to work alone (Matryoshka), e.g. ``[64, 128, 256]``; ``None``: full size only.
     matryoshka_dims: list[int] | None = None
+    #: ``dense`` or ``sparse`` (:mod:`.sparse`), with the sparse model's regulariser and query side.
+    model_type: str = "dense"
+    sparse_regularizer: str = "flops"
+    sparse_weight: float = 1e-3
+    inference_free_queries: bool = False
 
     @property
     def ks(self) -> list[int]:
