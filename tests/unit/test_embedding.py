@@ -225,3 +225,15 @@ def test_load_bi_encoder_refuses_other_tasks(tmp_path):
 def test_plain_encoder_loads_with_mean_pooling(tiny_bert):
     model = load_bi_encoder(tiny_bert)
     assert model.pooler.mode == "mean" and model.normalize and not model.training
+
+
+def test_merged_pass_equals_one_pass_per_group(tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    model = BiEncoder(load_encoder(tiny_bert)).eval()
+    groups = [
+        dict(tok(t, padding=True, return_tensors="pt"))
+        for t in (["a cat", "the dog sat down"], ["x"], ["a b c d e f"])
+    ]
+    merged = model.embed_groups(groups)
+    for group, vectors in zip(groups, merged):
+        assert torch.allclose(vectors, model.embed(**group), atol=1e-5)

@@ -42,6 +42,8 @@ SAMPLINGS = ("top", "random")
 MODEL_TYPES = ("dense", "sparse")
 #: The sparsity regularisers of a sparse model (:mod:`.sparse`).
 SPARSE_REGULARIZERS = ("flops", "l1")
+#: How ``retrieve --hybrid_model`` fuses two rankings.
+FUSIONS = ("rrf", "score")
 
 
 def parse_ks(text: str) -> list[int]:
@@ -292,11 +294,26 @@ class EncodeArguments(PredictArguments):
             "--matryoshka_dims (default: all)."
         },
     )
+    sparse: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Write sparse vectors: JSON lines {id, text, indices, values, tokens} (non-zero token ids, "
+            "their weights and the tokens). Default: on for a --model_type sparse model; refused for a dense one."
+        },
+    )
+    queries: bool = field(
+        default=False,
+        metadata={"help": "Encode the texts as queries (a sparse model with inference-free queries)."},
+    )
 
     def check(self) -> None:
         super().check()
         if Path(self.output_file).suffix.lower() not in OUTPUT_SUFFIXES:
             raise UserError(f"--output_file {self.output_file}: expected a .npy or .jsonl file")
+        if self.sparse and Path(self.output_file).suffix.lower() != ".jsonl":
+            raise UserError(
+                f"--sparse: --output_file {self.output_file}: sparse vectors are written as .jsonl"
+            )
         check_dimensions_flag(self.dimensions)
 
 
@@ -338,9 +355,39 @@ class RetrieveArguments(PredictArguments):
         },
     )
     rerank_top_k: int = field(default=50, metadata={"help": "--rerank: how many results it re-ranks."})
+    hybrid_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hybrid retrieval: a second model (dense beside a sparse --model_dir, or the other way) "
+            "whose ranking of --hybrid_corpus_file is fused with this one's (--fusion)."
+        },
+    )
+    hybrid_corpus_file: str | None = field(
+        default=None, metadata={"help": "--hybrid_model's encoding of the same corpus (same ids)."}
+    )
+    fusion: str = field(
+        default="rrf",
+        metadata={
+            "help": "--hybrid_model: rrf (reciprocal-rank fusion, k=60: ranks only, no scale to tune) or "
+            "score (sum of min-max normalised scores, weighted by --fusion_weight for the hybrid model)."
+        },
+    )
+    fusion_weight: float = field(default=1.0, metadata={"help": "--fusion score: the hybrid model's weight."})
+    fusion_depth: int = field(default=100, metadata={"help": "--hybrid_model: results per model fused."})
 
     def check(self) -> None:
         super().check()
+        check_choice("fusion", self.fusion, FUSIONS)
+        if bool(self.hybrid_model) != bool(self.hybrid_corpus_file):
+            raise UserError(
+                "--hybrid_model and --hybrid_corpus_file go together (the second model and its corpus)"
+            )
+        if self.hybrid_model and self.fusion_depth < self.top_k:
+            raise UserError(f"--fusion_depth ({self.fusion_depth}) must be at least --top_k ({self.top_k})")
+        if self.hybrid_model and (self.rerank or self.index != "float"):
+            raise UserError(
+                "--hybrid_model: fuses exact rankings; --rerank and --index int8|binary are not combined with it"
+            )
         if not self.corpus_file:
             raise UserError("retrieve: --corpus_file is required (vectors written by `encode`)")
         if self.top_k < 1:

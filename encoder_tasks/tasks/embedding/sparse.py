@@ -410,3 +410,72 @@ def _fuse_rows(per_list: list[list[dict[int, float]]], top_k: int):
         for i, (doc, value) in enumerate(best):
             indices[q, i], scores[q, i] = doc, value
     return indices, scores
+
+
+# ---- encoding -------------------------------------------------------------------------------------
+class _QuerySide(nn.Module):
+    """``model`` answering ``forward(...)`` with its query vectors (for :func:`run_batches`)."""
+
+    def __init__(self, model: SparseEncoder):
+        super().__init__()
+        self.model = model
+
+    @property
+    def device(self):
+        return self.model.device
+
+    def forward(self, **inputs):
+        return self.model(**inputs, queries=True)
+
+
+def encode_sparse(
+    model: SparseEncoder,
+    tokenizer,
+    texts: Sequence[str],
+    batch_size: int = 64,
+    max_length: int | None = None,
+    precision: str = "fp32",
+    disable_tqdm: bool | None = None,
+    queries: bool = False,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(token ids, weights)`` per text, in input order; each batch is made sparse as it is
+    encoded, so memory holds the non-zeros, never ``texts x vocabulary``.
+
+    Example:
+        >>> from encoder_tasks.testing import make_tiny_model, make_tiny_tokenizer
+        >>> from encoder_tasks.backbone import load_encoder
+        >>> model = SparseEncoder(load_encoder(make_tiny_model("bert")))
+        >>> ids, weights = encode_sparse(model, make_tiny_tokenizer(), ["the cat"])[0]
+        >>> len(ids) == len(weights) > 0
+        True
+    """
+    from ...predict import run_batches
+
+    texts = list(texts)
+    if not isinstance(model, SparseEncoder):
+        raise UserError(f"{type(model).__name__} is a dense model; sparse vectors need --model_type sparse")
+    settings = model.settings
+    max_length = max_length or (settings and settings.max_length) or min(tokenizer.model_max_length, 512)
+    encoded = tokenizer(texts, truncation=True, max_length=max_length)
+    keys = [k for k in ("input_ids", "attention_mask") if k in encoded]
+    features = [{k: encoded[k][i] for k in keys} for i in range(len(texts))]
+    was_training = model.training
+    model.eval()
+    runner = _QuerySide(model) if queries else model
+    rows = run_batches(
+        runner,
+        features,
+        lambda batch: tokenizer.pad(batch, return_tensors="pt"),
+        batch_size,
+        precision,
+        read=lambda output, _: to_sparse(output.embeddings),
+        desc="encoding",
+        disable_tqdm=disable_tqdm,
+    )
+    model.train(was_training)
+    return rows
+
+
+def is_sparse(model) -> bool:
+    """Whether ``model`` makes sparse vectors (a ``--model_type sparse`` run)."""
+    return isinstance(model, SparseEncoder)
