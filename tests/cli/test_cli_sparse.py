@@ -127,3 +127,34 @@ def test_to_sparse_drops_zeros():
         ([], []),
         ([0], [1.0]),
     ]
+
+
+def test_tei_embed_sparse_equals_encode(runs, tmp_path):
+    import httpx
+
+    from tests.serving import live_server
+
+    sparse, dense, _ = runs
+    texts = TEXTS[:3]
+    corpus = write(tmp_path / "in.jsonl", "".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = tmp_path / "v.jsonl"
+    assert main(predict_argv("embedding", sparse, corpus, out, "--precision", "fp32", action="encode")) == 0
+    expected = [
+        [{"index": i, "value": v} for i, v in zip(r["indices"], r["values"])] for r in read_jsonl(out)
+    ]
+    with live_server({"sparse": sparse, "dense": dense}, precision="fp32") as url:
+        answer = httpx.post(f"{url}/embed_sparse", json={"inputs": texts, "model": "sparse"}, timeout=60)
+        assert answer.status_code == 200, answer.text
+        got = answer.json()
+        assert [[h["index"] for h in row] for row in got] == [[h["index"] for h in row] for row in expected]
+        for row, want in zip(got, expected):
+            assert [h["value"] for h in row] == pytest.approx([h["value"] for h in want], abs=1e-5)
+        single = httpx.post(f"{url}/embed_sparse", json={"inputs": texts[0], "model": "sparse"}, timeout=60)
+        assert single.status_code == 200 and len(single.json()) == 1
+        refused = httpx.post(f"{url}/embed_sparse", json={"inputs": texts, "model": "dense"}, timeout=60)
+        assert refused.status_code == 400, refused.text
+        assert "this model is dense; sparse vectors need a --model_type sparse model" in refused.text
+        # the dense route still answers a sparse model (its vocabulary-size vector)
+        dense_answer = httpx.post(f"{url}/embed", json={"inputs": texts[:1], "model": "sparse"}, timeout=60)
+        vocab = load_bi_encoder(str(sparse)).config.vocab_size
+        assert dense_answer.status_code == 200 and len(dense_answer.json()[0]) == vocab
