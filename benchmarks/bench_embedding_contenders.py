@@ -213,6 +213,15 @@ def step_times(batches: int = 12, repeats: int = 2) -> dict:
             for name, v in seconds.items()}  # fmt: skip
 
 
+def _cell(value, digits: int) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        spread = f" ± {value['std']:.{digits}f}" if value["n"] > 1 else ""
+        return f"{value['mean']:.{digits}f}{spread}"
+    return f"{value:.{digits}f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -231,8 +240,11 @@ def main() -> None:
         rows = [{"contender": name, **value} for name, value in result.items()]
         columns = ["contender", "median_seconds", "total_seconds", "steps"]
         print_table(rows, columns)
+        table = {"columns": ["model and loss: forward + backward of one batch of 16 pairs", "median (s)",
+                             f"total over {rows[0]['steps']} batches (s)"],
+                 "rows": [[r["contender"], f"{r['median_seconds']:.3f}", f"{r['total_seconds']:.1f}"] for r in rows]}  # fmt: skip
         path = save_results("embedding-contenders-steps", {"command": invocation("bench_embedding_contenders"),
-                                                            "tables": {"steps": {"columns": columns, "rows": rows}}})  # fmt: skip
+                                                            "steps": result, "tables": {"steps": table}})  # fmt: skip
         print(f"saved {path}")
         return
     if args.profile:
@@ -254,10 +266,17 @@ def main() -> None:
             row[key] = mean_spread([s[name][key] for s in seeds])
         rows.append(row)
     columns = ["model", "stsb_test_spearman", "train_runtime", "wall_seconds"]
-    print_table(rows, columns)
+    print_table([{k: v["mean"] if isinstance(v, dict) else v for k, v in r.items()} for r in rows], columns)
+    n = len(seeds)
+    table = {
+        "columns": ["model", f"STS-B test Spearman ({n} seed{'s' * (n > 1)}, mean ± sd)",
+                    "trainer's train_runtime (s)", "wall of the whole train call (s)"],
+        "rows": [[r["model"], _cell(r["stsb_test_spearman"], 4), _cell(r.get("train_runtime"), 1),
+                  _cell(r.get("wall_seconds"), 1)] for r in rows],
+    }  # fmt: skip
     path = save_results("embedding-contenders", {
         "command": invocation("bench_embedding_contenders"), "settings": SETTINGS, "toolkit_flags": flags,
-        "seeds": seeds, "tables": {"stsb": {"columns": columns, "rows": rows}},
+        "seeds": seeds, "summary": rows, "tables": {"stsb": table},
     })  # fmt: skip
     print(f"saved {path}")
 
