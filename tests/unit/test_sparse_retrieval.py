@@ -56,6 +56,11 @@ def test_sparse_head_trains_and_round_trips(tmp_path, tiny_bert, inference_free)
     prepared = _prepared(tmp_path, tiny_bert, inference_free_queries=inference_free, sparse_weight=0.1)
     model = TASK.build_model(load_encoder(tiny_bert), prepared.settings)
     assert isinstance(model, SparseEncoder) and model.settings.model_type == "sparse"
+    # the start: every token's bias 4 (estimated) standard deviations of its logit below zero
+    norms = model.encoder.get_input_embeddings().weight.norm(dim=1)
+    assert torch.allclose(model.head.bias, -4.0 * norms)
+    with torch.no_grad():  # the tiny random encoder has no token clearing that start: open them all
+        model.head.bias.zero_()
     batch = prepared.collator(8)([prepared.train[i] for i in range(3)])
     out = model(**batch)
     assert torch.isfinite(out.loss) and out.embeddings.shape == (3, model.config.vocab_size)

@@ -40,6 +40,8 @@ from ...errors import UserError
 from .args import SCORED_LOSSES, SPARSE_REGULARIZERS, EmbeddingSettings
 from .model import BiEncoder, EmbeddingOutput
 
+#: Each token's output bias starts this many (estimated) standard deviations of its logit below zero.
+INITIAL_BIAS_SIGMAS = 4.0
 #: Weights at or below this are zero in the index and the written vectors (float noise).
 ZERO = 1e-6
 
@@ -86,7 +88,9 @@ class VocabularyHead(nn.Module):
     The dense layer starts as the identity where the sizes allow, so the first logits are the
     (normalised) hidden states against the word embeddings, already a ranking of the tokens a
     text is about, rather than noise from a random projection (bi-encoder checkpoints such as
-    all-MiniLM-L6-v2 ship no MLM head to start from).
+    all-MiniLM-L6-v2 ship no MLM head to start from), and the bias starts at minus
+    :data:`INITIAL_BIAS_SIGMAS` standard deviations of each token's logit, so the first vectors
+    are already sparse.
     """
 
     def __init__(self, hidden_size: int, embeddings: nn.Embedding, eps: float = 1e-12):
@@ -103,6 +107,11 @@ class VocabularyHead(nn.Module):
             else:
                 nn.init.normal_(self.dense.weight, std=0.02)
             self.dense.bias.zero_()
+            # A LayerNorm output has unit variance per feature, so a token's logit has a standard
+            # deviation of about its embedding's norm; a bias of -INITIAL_BIAS_SIGMAS of those leaves
+            # the tokens a text is about on and few others (MiniLM: 57-107 non-zeros for a one-
+            # sentence text; with a zero bias, 29,000 of its 30,522 tokens are on).
+            self.bias.copy_(-INITIAL_BIAS_SIGMAS * embeddings.weight.norm(dim=1))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(F.gelu(self.dense(hidden)))) + self.bias
