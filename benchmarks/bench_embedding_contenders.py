@@ -122,18 +122,21 @@ def spearman(model_dir: str, split) -> float:
 
 
 def run_seed(work: Path, seed: int, test, toolkit_flags: tuple[str, ...]) -> dict:
-    def compute():
-        row = {"seed": seed}
-        for name, train in (("toolkit", lambda out: train_toolkit(out, seed, *toolkit_flags)),
-                            ("sentence-transformers", lambda out: train_st(out, seed))):  # fmt: skip
-            out = work / f"{name}-seed{seed}"
+    """Both contenders on one seed, each kept as soon as it is scored (a rerun resumes)."""
+    row = {"seed": seed}
+    for name, train in (("toolkit", lambda out: train_toolkit(out, seed, *toolkit_flags)),
+                        ("sentence-transformers", lambda out: train_st(out, seed))):  # fmt: skip
+        out = work / f"{name}-seed{seed}"
+
+        def compute(out=out, train=train):
             shutil.rmtree(out, ignore_errors=True)
             timing = train(out)
-            row[name] = {**timing, "stsb_test_spearman": spearman(str(out), test)}
+            scored = {**timing, "stsb_test_spearman": spearman(str(out), test)}
             shutil.rmtree(out, ignore_errors=True)
-        return row
+            return scored
 
-    return cached(work / f"seed{seed}.json", compute)
+        row[name] = cached(work / f"{name}-seed{seed}.json", compute)
+    return row
 
 
 def profile(work: Path, steps: int, toolkit_flags: tuple[str, ...]) -> dict:
