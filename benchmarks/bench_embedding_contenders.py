@@ -160,7 +160,7 @@ def profile(work: Path, steps: int, toolkit_flags: tuple[str, ...]) -> dict:
     return out
 
 
-def step_times(batches: int = 12, repeats: int = 2) -> dict:
+def step_times(batches: int = 8, repeats: int = 1) -> dict:
     """Forward + backward of one training batch (16 pairs, CoSENT), no optimiser: the toolkit's
     model embedding the two columns in two encoder passes (as before the fix), in one merged
     pass (``BiEncoder.embed_groups``, now the default), and sentence-transformers' model and loss,
