@@ -1,6 +1,6 @@
 """Dense, sparse (SPLADE-style) and hybrid retrieval on unseen questions (issue 29).
 
-    python -m benchmarks.bench_hybrid --seeds 1 --work /tmp/bench-hybrid
+    python -m benchmarks.bench_hybrid --seeds 2 --work /tmp/bench-hybrid
 
 The data are :mod:`benchmarks.bench_retrieval`'s English splits (SQuADShifts Reddit + Amazon;
 paragraphs split 70/10/20 with all their questions, so test questions and test paragraphs are
