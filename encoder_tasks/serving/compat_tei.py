@@ -342,6 +342,31 @@ async def tei_embed(body: EmbedRequest, request: Request, response: Response) ->
     return cut_dimensions(vectors, body.dimensions, body.normalize).tolist()
 
 
+class EmbedSparseRequest(_Request):
+    inputs: Texts = Field(description="A text or a list of texts.")
+
+
+@router.post(
+    "/embed_sparse",
+    summary="text-embeddings-inference: the non-zero token weights of each input (a sparse model)",
+    responses=_example([[{"index": 2003, "value": 1.25}, {"index": 4937, "value": 0.5}]]),
+)
+async def tei_embed_sparse(body: EmbedSparseRequest, request: Request) -> list[list[dict[str, Any]]]:
+    """Per input, ``{"index", "value"}`` for every non-zero weight (token ids ascending), as
+    ``embedding encode`` writes a sparse model's vectors; a dense model answers 400."""
+    body.check_direction()
+    texts = check_texts(body.inputs, "inputs")
+    served = choose_model(request, body.model, ("embedding",), "/embed_sparse")
+    records = parse_named(
+        served, [{"text": t, "sparse": True} for t in texts], "inputs", lambda i, _: f"inputs[{i}]"
+    )
+    lengths = await token_lengths(served, [(t,) for t in texts])
+    if not body.truncate:
+        refuse_long(lengths, max_tokens(served.predictor), [f"inputs[{i}]" for i in range(len(texts))])
+    results = await served.predict(records, request=request)
+    return [[{"index": i, "value": v} for i, v in zip(r["indices"], r["values"])] for r in results]
+
+
 @router.post(
     "/rerank",
     summary="text-embeddings-inference: texts ranked against a query",

@@ -225,3 +225,34 @@ def test_load_bi_encoder_refuses_other_tasks(tmp_path):
 def test_plain_encoder_loads_with_mean_pooling(tiny_bert):
     model = load_bi_encoder(tiny_bert)
     assert model.pooler.mode == "mean" and model.normalize and not model.training
+
+
+def test_merged_pass_equals_one_pass_per_group(tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    model = BiEncoder(load_encoder(tiny_bert)).eval()
+    groups = [
+        dict(tok(t, padding=True, return_tensors="pt"))
+        for t in (["a cat", "the dog sat down"], ["x"], ["a b c d e f"])
+    ]
+    merged = model.embed_groups(groups)
+    for group, vectors in zip(groups, merged):
+        assert torch.allclose(vectors, model.embed(**group), atol=1e-5)
+
+
+def test_sentence_transformers_6_layout_is_read(tmp_path):
+    # sentence-transformers 6 moved its modules and writes one pooling_mode field
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling",
+         "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.base.modules.normalize.Normalize"},
+    ]  # fmt: skip
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(
+        json.dumps({"embedding_dimension": 8, "pooling_mode": "cls"})
+    )
+    assert read_sentence_transformers_pooling(tmp_path) == ("cls", True)
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "lasttoken"}))
+    with pytest.raises(UserError, match="is not one of cls, mean, max"):
+        read_sentence_transformers_pooling(tmp_path)

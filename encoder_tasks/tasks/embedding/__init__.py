@@ -77,6 +77,10 @@ class EmbeddingTask(Task):
         return prepare(splits, tokenizer, task_args, data_args, saved)
 
     def build_model(self, encoder, settings, training=None):
+        if settings.model_type == "sparse":
+            from .sparse import SparseEncoder
+
+            return SparseEncoder.from_settings(encoder, settings)
         from .model import BiEncoder
 
         return BiEncoder.from_settings(encoder, settings)

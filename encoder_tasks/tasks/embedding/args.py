@@ -38,6 +38,12 @@ INDEXES = ("float", "int8", "binary")
 CANDIDATE_SOURCES = ("model", "bm25", "both")
 MINE_FORMATS = ("n-tuple", "labeled-pair")
 SAMPLINGS = ("top", "random")
+#: ``--model_type``: one dense vector per text, or a sparse (SPLADE-style) vocabulary vector.
+MODEL_TYPES = ("dense", "sparse")
+#: The sparsity regularisers of a sparse model (:mod:`.sparse`).
+SPARSE_REGULARIZERS = ("flops", "l1")
+#: How ``retrieve --hybrid_model`` fuses two rankings.
+FUSIONS = ("rrf", "score")
 
 
 def parse_ks(text: str) -> list[int]:
@@ -151,6 +157,27 @@ class EmbeddingArguments:
             "retrieval evaluation reports each size, `encode --dimensions N` cuts vectors."
         },
     )
+    model_type: str = field(
+        default="dense",
+        metadata={
+            "help": "dense (one vector per text) or sparse (SPLADE-style: a weight per vocabulary token, "
+            "from an MLM-shaped head, log-saturated and max-pooled; retrieved by an inverted index)."
+        },
+    )
+    sparse_regularizer: str = field(
+        default="flops", metadata={"help": "--model_type sparse: the sparsity regulariser, flops or l1."}
+    )
+    sparse_weight: float = field(
+        default=1e-3,
+        metadata={"help": "--model_type sparse: the regulariser's weight in the loss (0: none)."},
+    )
+    inference_free_queries: bool = field(
+        default=False,
+        metadata={
+            "help": "--model_type sparse: queries (the first text of a pair) are their tokens weighted by a "
+            "learned weight per token, with no encoder pass (fast search, less accurate)."
+        },
+    )
     cache_chunk_size: int | None = field(
         default=None,
         metadata={
@@ -169,6 +196,14 @@ class EmbeddingArguments:
             raise UserError(f"pooling must be one of {', '.join(POOLINGS)}, found {self.pooling!r}")
         parse_ks(self.retrieval_k)
         parse_dims(self.matryoshka_dims)
+        check_choice("model_type", self.model_type, MODEL_TYPES)
+        check_choice("sparse_regularizer", self.sparse_regularizer, SPARSE_REGULARIZERS)
+        if self.sparse_weight < 0:
+            raise UserError(f"--sparse_weight must be zero or positive, found {self.sparse_weight}")
+        if self.model_type == "sparse" and (self.matryoshka_dims or self.cache_chunk_size):
+            raise UserError(
+                "--model_type sparse does not take --matryoshka_dims or --cache_chunk_size (dense vectors only)"
+            )
         if self.cache_chunk_size is not None and self.cache_chunk_size < 1:
             raise UserError(f"--cache_chunk_size must be at least 1, found {self.cache_chunk_size}")
 
@@ -211,6 +246,11 @@ class EmbeddingSettings(TaskSettings):
     evaluation_mode: str | None = None
     #: Prefix sizes trained to work alone (Matryoshka), e.g. ``[64, 128, 256]``; ``None``: full size only.
     matryoshka_dims: list[int] | None = None
+    #: ``dense`` or ``sparse`` (:mod:`.sparse`), with the sparse model's regulariser and query side.
+    model_type: str = "dense"
+    sparse_regularizer: str = "flops"
+    sparse_weight: float = 1e-3
+    inference_free_queries: bool = False
 
     @property
     def ks(self) -> list[int]:
@@ -254,11 +294,26 @@ class EncodeArguments(PredictArguments):
             "--matryoshka_dims (default: all)."
         },
     )
+    sparse: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Write sparse vectors: JSON lines {id, text, indices, values, tokens} (non-zero token ids, "
+            "their weights and the tokens). Default: on for a --model_type sparse model; refused for a dense one."
+        },
+    )
+    queries: bool = field(
+        default=False,
+        metadata={"help": "Encode the texts as queries (a sparse model with inference-free queries)."},
+    )
 
     def check(self) -> None:
         super().check()
         if Path(self.output_file).suffix.lower() not in OUTPUT_SUFFIXES:
             raise UserError(f"--output_file {self.output_file}: expected a .npy or .jsonl file")
+        if self.sparse and Path(self.output_file).suffix.lower() != ".jsonl":
+            raise UserError(
+                f"--sparse: --output_file {self.output_file}: sparse vectors are written as .jsonl"
+            )
         check_dimensions_flag(self.dimensions)
 
 
@@ -300,9 +355,39 @@ class RetrieveArguments(PredictArguments):
         },
     )
     rerank_top_k: int = field(default=50, metadata={"help": "--rerank: how many results it re-ranks."})
+    hybrid_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hybrid retrieval: a second model (dense beside a sparse --model_dir, or the other way) "
+            "whose ranking of --hybrid_corpus_file is fused with this one's (--fusion)."
+        },
+    )
+    hybrid_corpus_file: str | None = field(
+        default=None, metadata={"help": "--hybrid_model's encoding of the same corpus (same ids)."}
+    )
+    fusion: str = field(
+        default="rrf",
+        metadata={
+            "help": "--hybrid_model: rrf (reciprocal-rank fusion, k=60: ranks only, no scale to tune) or "
+            "score (sum of min-max normalised scores, weighted by --fusion_weight for the hybrid model)."
+        },
+    )
+    fusion_weight: float = field(default=1.0, metadata={"help": "--fusion score: the hybrid model's weight."})
+    fusion_depth: int = field(default=100, metadata={"help": "--hybrid_model: results per model fused."})
 
     def check(self) -> None:
         super().check()
+        check_choice("fusion", self.fusion, FUSIONS)
+        if bool(self.hybrid_model) != bool(self.hybrid_corpus_file):
+            raise UserError(
+                "--hybrid_model and --hybrid_corpus_file go together (the second model and its corpus)"
+            )
+        if self.hybrid_model and self.fusion_depth < self.top_k:
+            raise UserError(f"--fusion_depth ({self.fusion_depth}) must be at least --top_k ({self.top_k})")
+        if self.hybrid_model and (self.rerank or self.index != "float"):
+            raise UserError(
+                "--hybrid_model: fuses exact rankings; --rerank and --index int8|binary are not combined with it"
+            )
         if not self.corpus_file:
             raise UserError("retrieve: --corpus_file is required (vectors written by `encode`)")
         if self.top_k < 1:

@@ -128,6 +128,10 @@ _TRAINING_FLAGS = (
     "pooling",
     "normalize",
     "batch_sampler",
+    "model_type",
+    "sparse_regularizer",
+    "sparse_weight",
+    "inference_free_queries",
 )
 
 

@@ -75,16 +75,28 @@ def predict_file(args: EmbeddingPredictArguments) -> dict:
 
 
 def parse_input(record, where: str, settings=None) -> dict:
-    """One JSON input: ``{"text"}`` (its vector) or ``{"text", "text_pair"}`` (their cosine similarity).
+    """One JSON input: ``{"text"}`` (its vector) or ``{"text", "text_pair"}`` (their cosine similarity);
+    ``{"text", "sparse": true}`` (a sparse model: the text's non-zero token ids and weights).
 
     Example:
         >>> parse_input({"text": "a", "text_pair": "b"}, "inputs[0]")
         {'text': 'a', 'text_pair': 'b'}
     """
-    from ...inputs import check_record, require_text
+    from ...inputs import InputError, check_record, describe, require_text
 
-    check_record(record, where, ("text", "text_pair"))
+    check_record(record, where, ("text", "text_pair", "sparse"))
     parsed = {"text": require_text(record, "text", where)}
+    if "sparse" in record:
+        if not isinstance(record["sparse"], bool):
+            raise InputError(f"{where}.sparse", f"expected true or false, found {describe(record['sparse'])}")
+        if record["sparse"]:
+            if settings is None or settings.get("model_type") != "sparse":
+                raise InputError(
+                    f"{where}.sparse", "this model is dense; sparse vectors need a --model_type sparse model"
+                )
+            if "text_pair" in record:
+                raise InputError(f"{where}.sparse", "a sparse vector is of one text; drop text_pair")
+            parsed["sparse"] = True
     pair = require_text(record, "text_pair", where, required=False)
     if pair is not None:
         parsed["text_pair"] = pair
@@ -96,6 +108,8 @@ def predict_inputs(model, tokenizer, inputs: list[dict], args) -> list[dict]:
     "text_pair", "score"}`` as ``predict`` writes it for a pair; every distinct text encoded once."""
     from .retrieval import normalize
 
+    if any(r.get("sparse") for r in inputs):
+        return _with_sparse(model, tokenizer, inputs, args)
     unique = list(dict.fromkeys(t for r in inputs for t in (r["text"], r.get("text_pair")) if t is not None))
     vectors = encode_for(args, model, tokenizer, unique)
     unit = normalize(vectors)
@@ -109,3 +123,32 @@ def predict_inputs(model, tokenizer, inputs: list[dict], args) -> list[dict]:
         else:
             records.append({**r, "embedding": [round(float(x), 7) for x in vectors[first]]})
     return records
+
+
+def _sparse_records(model, tokenizer, inputs: list[dict], args) -> list[dict]:
+    """``{"text", "indices", "values", "tokens"}``: a sparse model's non-zero weights per text."""
+    from .sparse import encode_sparse
+
+    texts = [r["text"] for r in inputs]
+    vectors = encode_sparse(
+        model, tokenizer, texts, args.batch_size, args.max_length, args.precision, args.disable_tqdm or None
+    )
+    return [
+        {"text": r["text"], "indices": ids.tolist(), "values": [round(float(w), 6) for w in ws],
+         "tokens": tokenizer.convert_ids_to_tokens(ids.tolist())}
+        for r, (ids, ws) in zip(inputs, vectors)
+    ]  # fmt: skip
+
+
+def _with_sparse(model, tokenizer, inputs: list[dict], args) -> list[dict]:
+    """A batch holding sparse requests (micro-batching may join them with dense ones): each kind
+    answered by its own path, in input order."""
+    sparse = [i for i, r in enumerate(inputs) if r.get("sparse")]
+    dense = [i for i, r in enumerate(inputs) if not r.get("sparse")]
+    out: list = [None] * len(inputs)
+    for i, rec in zip(sparse, _sparse_records(model, tokenizer, [inputs[i] for i in sparse], args)):
+        out[i] = rec
+    if dense:
+        for i, rec in zip(dense, predict_inputs(model, tokenizer, [inputs[i] for i in dense], args)):
+            out[i] = rec
+    return out

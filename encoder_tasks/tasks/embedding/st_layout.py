@@ -61,20 +61,25 @@ def read_sentence_transformers_pooling(path) -> tuple[str, bool] | None:
         return None
     try:
         modules = json.loads(modules_file.read_text(encoding="utf-8"))
-        pooling_dir = next(m["path"] for m in modules if m["type"].endswith("models.Pooling"))
+        # sentence-transformers < 6 names "sentence_transformers.models.Pooling"; 6 moved the
+        # modules ("sentence_transformers.sentence_transformer.modules.pooling.Pooling").
+        pooling_dir = next(m["path"] for m in modules if m["type"].split(".")[-1] == "Pooling")
         config = json.loads((path / pooling_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, KeyError, StopIteration) as exc:
         raise UserError(f"{modules_file}: not a readable sentence-transformers layout ({exc})") from None
-    modes = [
-        m
-        for m in ("cls", "mean", "max")
-        if config.get(f"pooling_mode_{m}_token" + ("" if m == "cls" else "s"))
-    ]
+    if isinstance(config.get("pooling_mode"), str):  # sentence-transformers 6: one field
+        modes = [config["pooling_mode"]] if config["pooling_mode"] in ("cls", "mean", "max") else []
+    else:
+        modes = [
+            m
+            for m in ("cls", "mean", "max")
+            if config.get(f"pooling_mode_{m}_token" + ("" if m == "cls" else "s"))
+        ]
     if len(modes) != 1:
         raise UserError(
             f"{path / pooling_dir / 'config.json'}: pooling {config} is not one of cls, mean, max"
         )
-    normalize = any(m["type"].endswith("models.Normalize") for m in modules)
+    normalize = any(m["type"].split(".")[-1] == "Normalize" for m in modules)
     return modes[0], normalize
 
 
