@@ -144,8 +144,9 @@ CONTENDERS = [
         "toolkit",
         "main",
         "toolkit",
-        "this toolkit, `quantize` int8 at its defaults, loaded at defaults",
-        {"quantize": []},
+        "this toolkit, `quantize` int8 at its defaults with the user's inputs to calibrate on "
+        "(`--calibration_file`: 256 STS-B train sentences), loaded at defaults",
+        {"quantize": ["--calibration_file", "{calibration}"]},
     ),
     Contender(
         "toolkit-int8-onnx",
@@ -160,8 +161,8 @@ CONTENDERS = [
         "toolkit",
         "main",
         "toolkit",
-        "this toolkit, `quantize --backend openvino`, loaded at defaults",
-        {"quantize": ["--backend", "openvino"]},
+        "this toolkit, `quantize --backend openvino` (static, 256 STS-B train sentences), loaded at defaults",
+        {"quantize": ["--backend", "openvino", "--calibration_file", "{calibration}"]},
     ),
     Contender("serve-toolkit", "serving", "main", "serve", "`encoder-tasks serve` at its defaults"),
     Contender(
@@ -1040,11 +1041,27 @@ def run_encoder(contender: Contender, ctx: dict) -> dict:
     return row
 
 
+#: Static int8 calibrates on the user's own inputs: sentences of STS-B's train split (never test).
+STSB_TRAIN = Path("pair") / "stsb" / "sts-train.csv"
+CALIBRATION_SENTENCES = 256
+
+
+def calibration_file(ctx: dict) -> str:
+    """``WORK/calibration.jsonl``: the first distinct STS-B train sentences, as ``{"text"}`` inputs."""
+    path = Path(ctx["work"]) / "calibration.jsonl"
+    if not path.is_file():
+        sentences, _, _ = read_stsb(Path(ctx["data"]) / STSB_TRAIN, CALIBRATION_SENTENCES)
+        lines = [json.dumps({"text": s}) for s in sentences[:CALIBRATION_SENTENCES]]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
 def toolkit_quantize(contender: Contender, flags: list[str], ctx: dict) -> str:
     """``encoder-tasks quantize MODEL DEST [flags]`` once per work folder; a refusal is a Skip."""
     dest = Path(ctx["work"]) / contender.name
     if (dest / "config.json").is_file():
         return str(dest)
+    flags = [calibration_file(ctx) if flag == "{calibration}" else flag for flag in flags]
     command = [sys.executable, "-c", TOOLKIT_CLI, "quantize", ctx["model"], str(dest), *flags]
     log = ctx["rows_dir"] / f"{contender.name}.quantize.log"
     with log.open("w") as out:
@@ -1336,6 +1353,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": cpu,
         "model": str(model),
         "work": str(work),
+        "data": str(data_dir(args.data)),
         "rows_dir": rows_dir,
         "sentences": sentences,
         "sentences_file": str(sentences_file),
