@@ -43,7 +43,7 @@ def test_predictor_gives_the_records_predict_writes(task_runs, tmp_path, task):
         (
             "embedding",
             "just a string",
-            "inputs[0]: expected an object with text, text_pair, found 'just a string'",
+            "inputs[0]: expected an object with text, text_pair, sparse, found 'just a string'",
         ),
         ("mlm", {"text": None}, "inputs[0].text: expected a string, found null"),
     ],

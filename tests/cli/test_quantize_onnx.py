@@ -136,7 +136,11 @@ def test_bare_encoder_folder_quantizes_with_torch_too(tiny_bert, tmp_path):
             ["--backend", "onnx", "--method", "static"],
             "quantize --method static calibrates on inputs: give --calibration_file",
         ),
-        (["--method", "static"], "quantize --backend torch is dynamic int8 only (no calibration)"),
+        (
+            ["--backend", "torch", "--method", "static"],
+            "quantize --backend torch is dynamic int8 only (no calibration)",
+        ),
+        (["--method", "static"], "quantize --method static calibrates on inputs: give --calibration_file"),
         (
             ["--backend", "onnx", "--max_metric_loss", "5"],
             "quantize: --max_metric_loss is a fraction (0.01: 1%), found 5.0",
