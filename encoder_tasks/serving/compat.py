@@ -1,5 +1,5 @@
 """Routes existing clients already speak: OpenAI ``POST /v1/embeddings``
-(:mod:`.compat_openai`); text-embeddings-inference ``POST /embed``, ``/rerank``, ``/predict``, ``/``
+(:mod:`.compat_openai`); text-embeddings-inference ``POST /embed``, ``/embed_sparse``, ``/rerank``, ``/predict``, ``/``
 and ``/invocations`` (answered by the model's kind) and ``GET /info`` (:mod:`.compat_tei`). Guide: docs/serving.md, "Ecosystem routes".
 
 Example:
@@ -7,7 +7,7 @@ Example:
     >>> app = FastAPI()
     >>> app.include_router(router)
     >>> sorted(app.openapi()["paths"])
-    ['/', '/embed', '/info', '/invocations', '/predict', '/rerank', '/v1/embeddings']
+    ['/', '/embed', '/embed_sparse', '/info', '/invocations', '/predict', '/rerank', '/v1/embeddings']
 """
 
 from __future__ import annotations
