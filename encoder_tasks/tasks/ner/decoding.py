@@ -43,15 +43,7 @@ def decode(
     if crf is None and mode == "viterbi":
         allowed, start = allowed_transitions(label_names)
         constraints = constraint_scores(torch.tensor(allowed), torch.tensor(start), len(label_names))
-    for begin in range(0, len(order), batch_size):
-        chunk = order[begin : begin + batch_size]
-        width = max(max(len(emissions[i]) for i in chunk), 1)
-        scores = torch.zeros(len(chunk), width, len(label_names))
-        mask = torch.zeros(len(chunk), width, dtype=torch.bool)
-        for row, i in enumerate(chunk):
-            n = len(emissions[i])
-            scores[row, :n] = torch.as_tensor(emissions[i], dtype=torch.float32)
-            mask[row, :n] = True
+    for chunk, scores, mask in _padded_batches(emissions, order, len(label_names), batch_size):
         if crf is not None:
             paths, _ = crf.decode(scores, mask)
             chosen_probs = crf.marginals(scores, mask)
@@ -98,15 +90,7 @@ def entity_probabilities(
     index = {name: i for i, name in enumerate(label_names)}
     out: list[list | None] = [None] * len(emissions)
     order = sorted(range(len(emissions)), key=lambda i: len(emissions[i]))
-    for begin in range(0, len(order), batch_size):
-        chunk = order[begin : begin + batch_size]
-        width = max(max(len(emissions[i]) for i in chunk), 1)
-        scores = torch.zeros(len(chunk), width, len(label_names))
-        mask = torch.zeros(len(chunk), width, dtype=torch.bool)
-        for row, i in enumerate(chunk):
-            n = len(emissions[i])
-            scores[row, :n] = torch.as_tensor(emissions[i], dtype=torch.float32)
-            mask[row, :n] = True
+    for chunk, scores, mask in _padded_batches(emissions, order, len(label_names), batch_size):
         if crf is not None:
             with torch.no_grad():
                 trans, start, end = (t.detach() for t in crf.scores())
@@ -197,3 +181,18 @@ def decode_exported(emissions: list[np.ndarray], settings: dict, crf: dict | Non
         mode = "argmax" if scheme == "none" else "viterbi"
     tags, _ = decode(emissions, label_names, crf_from_arrays(crf) if crf else None, mode)
     return [from_iob2(t, scheme) for t in tags]
+
+
+def _padded_batches(emissions, order: list[int], n_tags: int, batch_size: int):
+    """``(rows, scores [batch, width, tags], mask)`` over ``order`` in batches of ``batch_size``:
+    each sentence's word scores padded to its batch's longest (at least 1), ``mask`` its real words."""
+    for begin in range(0, len(order), batch_size):
+        chunk = order[begin : begin + batch_size]
+        width = max(max(len(emissions[i]) for i in chunk), 1)
+        scores = torch.zeros(len(chunk), width, n_tags)
+        mask = torch.zeros(len(chunk), width, dtype=torch.bool)
+        for row, i in enumerate(chunk):
+            n = len(emissions[i])
+            scores[row, :n] = torch.as_tensor(emissions[i], dtype=torch.float32)
+            mask[row, :n] = True
+        yield chunk, scores, mask
