@@ -166,6 +166,22 @@ CONTENDERS = [
     ),
     Contender("serve-toolkit", "serving", "main", "serve", "`encoder-tasks serve` at its defaults"),
     Contender(
+        "serve-toolkit-h11",
+        "serving",
+        "main",
+        "serve",
+        "`encoder-tasks serve --http h11` (the pure-Python parser: what the parser costs)",
+        {"flags": ["--http", "h11"]},
+    ),
+    Contender(
+        "serve-toolkit-int8",
+        "serving",
+        "main",
+        "serve",
+        "`encoder-tasks serve` of the `quantize` int8 copy at its defaults (the toolkit-int8 row's)",
+        {"quantized": "toolkit-int8"},
+    ),
+    Contender(
         "serve-infinity-torch",
         "serving",
         "infinity",
@@ -180,6 +196,15 @@ CONTENDERS = [
         "serve",
         "Infinity `infinity_emb v2 --engine optimum`",
         {"engine": "optimum"},
+    ),
+    Contender(
+        "serve-infinity-optimum-int8",
+        "serving",
+        "infinity",
+        "serve",
+        "Infinity `--engine optimum` with the ort-int8 row's file beside the fp32 one as "
+        "`model_quantized.onnx` (on a CPU it prefers a quantized file)",
+        {"engine": "optimum", "int8": True},
     ),
 ]
 BY_NAME = {c.name: c for c in CONTENDERS}
@@ -255,8 +280,8 @@ def select(only: str | None, skip: str | None = None) -> list[Contender]:
     """The contenders ``--only`` / ``--skip`` name (contender names or group names), in run order.
 
     Example:
-        >>> [c.name for c in select("ort-fp32,serving", "serve-infinity-optimum")]
-        ['ort-fp32', 'serve-toolkit', 'serve-infinity-torch']
+        >>> [c.name for c in select("ort-fp32,serving", "serve-toolkit-h11,serve-infinity-optimum")]
+        ['ort-fp32', 'serve-toolkit', 'serve-toolkit-int8', 'serve-infinity-torch', 'serve-infinity-optimum-int8']
     """
 
     def names(text: str | None, flag: str) -> set[str]:
@@ -789,6 +814,7 @@ def serve_command(
             str(port),
             "--log_level",
             "warning",
+            *contender.params.get("flags", []),
         ]
         return command, "/ready", "/v1/embeddings"
     binary = str(Path(python).parent / "infinity_emb")
@@ -881,52 +907,49 @@ async def closed_loop(
     requests: int,
     max_seconds: float,
     offset: int = 0,
-    transport=None,
 ) -> dict:
     """``concurrency`` clients, each sending its next one-sentence request as soon as the last is
     answered, until ``requests`` are done or ``max_seconds`` pass; request ``n`` carries
-    ``texts[(offset + n) % len(texts)]``. ``transport``: an httpx transport (tests)."""
-    import httpx
+    ``texts[(offset + n) % len(texts)]``. The client is :mod:`benchmarks.loadgen` (pre-rendered
+    bodies on keep-alive sockets), so the server, not the client, gets the cores; its own CPU
+    time is in the row. Every 200 answer's vector is kept for the agreement check."""
+    from urllib.parse import urlsplit
 
-    latencies: list[float] = []
-    errors: dict[str, int] = {}
+    from benchmarks.loadgen import closed_loop as lean_loop
+
+    parts = urlsplit(url)
+    bodies = [json.dumps({"model": SERVED_NAME, "input": [text]}).encode() for text in texts]
+    run = await lean_loop(
+        parts.hostname,
+        parts.port,
+        parts.path,
+        lambda number: bodies[(offset + number) % len(texts)],
+        concurrency,
+        requests,
+        max_seconds,
+        keep_body=lambda number: True,
+    )
     vectors: dict[int, list[float]] = {}
-    sent = 0
-    deadline = time.monotonic() + max_seconds
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-
-    async def client_loop(client):
-        nonlocal sent
-        while sent < requests and time.monotonic() < deadline:
-            number = sent
-            sent += 1
-            which = (offset + number) % len(texts)
-            body = {"model": SERVED_NAME, "input": [texts[which]]}
-            start = time.perf_counter()
-            try:
-                answer = await client.post(url, json=body)
-                if answer.status_code != 200:
-                    errors[str(answer.status_code)] = errors.get(str(answer.status_code), 0) + 1
-                    continue
-                data = answer.json()["data"][0]["embedding"]
-            except (httpx.HTTPError, KeyError, ValueError) as exc:
-                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
-                continue
-            latencies.append(time.perf_counter() - start)
-            vectors[which] = data
-
-    async with httpx.AsyncClient(limits=limits, timeout=60, trust_env=False, transport=transport) as client:
-        start = time.perf_counter()
-        await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
-        seconds = time.perf_counter() - start
+    errors = {status: n for status, n in run.statuses.items() if status != "200"} | run.failures
+    latencies = []
+    for number, body in run.bodies.items():
+        try:
+            vector = json.loads(body)["data"][0]["embedding"]
+        except (KeyError, IndexError, TypeError, ValueError) as exc:  # a 200 that is no answer
+            errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+            continue
+        vectors[(offset + number) % len(texts)] = vector
+        latencies.append(run.latencies[number])
+    completed, seconds = len(latencies), run.seconds
     return {
         "concurrency": concurrency,
-        "sent": sent,
-        "completed": len(latencies),
+        "sent": run.sent,
+        "completed": completed,
         "errors": errors,
         "seconds": round(seconds, 2),
-        "requests_per_s": round(len(latencies) / seconds, 2) if seconds else None,
+        "requests_per_s": round(completed / seconds, 2) if seconds else None,
         **{f"p{q}_ms": _ms(percentile(latencies, q)) for q in (50, 90, 99)},
+        "client_cpu_seconds": round(run.client_cpu_seconds, 2),
         "_vectors": vectors,
     }
 
@@ -1072,14 +1095,18 @@ def toolkit_quantize(contender: Contender, flags: list[str], ctx: dict) -> str:
     return str(dest)
 
 
-def model_with_onnx(ctx: dict) -> Path:
+def model_with_onnx(ctx: dict, int8: bool = False) -> Path:
     """The model folder with this script's fp32 ONNX export beside its weights (``model.onnx``):
     Infinity's optimum engine looks for a ``*.onnx`` file in the model folder and refuses one
-    without ("No onnx files found"), and the package ships none."""
-    folder = Path(ctx["work"]) / "model-onnx"
+    without ("No onnx files found"), and the package ships none. ``int8``: the ort-int8 row's
+    dynamic int8 file beside it as ``model_quantized.onnx``, the name Infinity picks on a CPU
+    (``get_onnx_files(prefer_quantized=True)`` matches "quantize")."""
+    folder = Path(ctx["work"]) / ("model-onnx-int8" if int8 else "model-onnx")
     if not (folder / "model.onnx").is_file():
         shutil.copytree(ctx["model"], folder, dirs_exist_ok=True)
         shutil.copy(ctx["artifacts"]()["onnx_fp32"], folder / "model.onnx")
+        if int8:
+            shutil.copy(ctx["artifacts"]()["onnx_int8"], folder / "model_quantized.onnx")
     return folder
 
 
@@ -1096,7 +1123,10 @@ def run_server(contender: Contender, ctx: dict) -> dict:
         # path as it globbed it (for a folder path: /abs/model.onnx), and optimum matches that
         # against bare file names ("Could not find any ONNX files with target file name
         # /.../model.onnx, only found: [model.onnx]"); from "." the path is the bare name.
-        model, cwd = ".", str(model_with_onnx(ctx))
+        model, cwd = ".", str(model_with_onnx(ctx, contender.params.get("int8", False)))
+    if "quantized" in contender.params:  # the toolkit row's int8 copy, made as that row makes it
+        source = BY_NAME[contender.params["quantized"]]
+        model = toolkit_quantize(source, source.params["quantize"], ctx)
     command, ready, route = serve_command(contender, python, model, port, args.batch_size)
     log = ctx["rows_dir"] / f"{contender.name}.server.log"
     texts = ctx["sentences"]
@@ -1182,16 +1212,25 @@ def build_tables(result: dict) -> dict:
         lv["concurrency"]: lv.get("requests_per_s")
         for lv in serving.get(SERVE_REFERENCE, {}).get("levels", [])
     }
+    # The strictest comparison: the fastest Infinity row at each concurrency, int8 included.
+    best_infinity: dict[int, float] = {}
+    for contender in CONTENDERS:
+        row = serving.get(contender.name, {})
+        if contender.group == "serving" and contender.env == "infinity":
+            for lv in row.get("levels", []):
+                rate = lv.get("requests_per_s") or 0.0
+                best_infinity[lv["concurrency"]] = max(best_infinity.get(lv["concurrency"], 0.0), rate)
     for contender in CONTENDERS:
         if contender.group != "serving" or contender.name not in serving:
             continue
         row = serving[contender.name]
         if "skipped" in row or "error" in row:
             note = ("skipped: " + row["skipped"]) if "skipped" in row else ("failed: " + row["error"])
-            serve_rows.append([contender.name, contender.label, "", "", "", "", "", "", "", note])
+            serve_rows.append([contender.name, contender.label, "", "", "", "", "", "", "", "", note])
             continue
         for level in row["levels"]:
             rate, ref = level.get("requests_per_s"), base.get(level["concurrency"])
+            best = best_infinity.get(level["concurrency"])
             errors = sum(level["errors"].values())
             serve_rows.append(
                 [
@@ -1202,6 +1241,7 @@ def build_tables(result: dict) -> dict:
                     errors,
                     _num(rate),
                     f"{rate / ref:.2f}x" if rate and ref else "",
+                    f"{rate / best:.2f}x" if rate and best else "",
                     _num(level.get("p50_ms")),
                     _num(level.get("p99_ms")),
                     _agreement_note(row) if level is row["levels"][0] else "",
@@ -1230,6 +1270,7 @@ def build_tables(result: dict) -> dict:
                 "errors",
                 "requests/s",
                 f"x {SERVE_REFERENCE}",
+                "x fastest Infinity",
                 "p50 ms",
                 "p99 ms",
                 "notes",

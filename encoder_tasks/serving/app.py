@@ -65,11 +65,14 @@ class ServeOptions:
     cors_origins: str = ""
     docs: str = "on"
     backend: str = "auto"
+    http: str = "auto"
 
     def __post_init__(self):
         from ..errors import check_choice
+        from .protocol import HTTP_PROTOCOLS
 
         check_choice("precision", self.precision, ("auto", "fp32", "bf16"))
+        check_choice("http", self.http, HTTP_PROTOCOLS)
         check_choice("docs", self.docs, ("on", "off"))
         if self.api_key is not None and not self.api_key.strip():
             raise UserError("--api_key: expected a key, found an empty one")

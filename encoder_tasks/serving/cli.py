@@ -89,6 +89,7 @@ def main(argv: list[str]) -> int:
     """``encoder-tasks serve RUN_DIR [NAME=RUN_DIR ...] [--host H] [--port P] [...]``."""
     from ..config import ArgumentParser
     from .app import ServeOptions
+    from .protocol import HTTP_PROTOCOLS
 
     defaults = ServeOptions()
     parser = ArgumentParser(
@@ -121,8 +122,14 @@ def main(argv: list[str]) -> int:
         "cors_origins": "Comma-separated origins a browser may call from (CORS); none by default.",
         "docs": "on: /docs (one page, no CDN) and /openapi.json; off: neither.",
         "backend": "Where the encoder runs: torch, onnx, openvino or auto, as predict's --backend.",
+        "http": "HTTP parser: auto (httptools where installed, else h11), httptools or h11.",
     }
-    choices = {"precision": ("auto", "fp32", "bf16"), "docs": ("on", "off"), "backend": CHOICES}
+    choices = {
+        "precision": ("auto", "fp32", "bf16"),
+        "docs": ("on", "off"),
+        "backend": CHOICES,
+        "http": HTTP_PROTOCOLS,
+    }
     for option in dataclasses.fields(ServeOptions):
         default = getattr(defaults, option.name)
         kwargs = {"choices": choices[option.name]} if option.name in choices else {}

@@ -178,7 +178,9 @@ async def embed(served, texts: list[str], field: str, request: Request, truncate
     limit = max_tokens(served.predictor)
     if not truncate:
         refuse_long(lengths, limit, [f"{field}[{i}]" for i in range(len(texts))])
-    results = await served.predict(records, request=request)
+    # Each text is its own sequence, cut at ``limit``: the tokens it computes, counted once
+    # (the batch budget's count, as ServedModel.costs gives it for an embedding input).
+    results = await served.predict(records, request=request, costs=[min(n, limit) for n in lengths])
     # float64 keeps the written values exactly (float32 would not round-trip their decimals).
     vectors = np.asarray([r["embedding"] for r in results], dtype=np.float64)
     return vectors, [min(n, limit) for n in lengths]

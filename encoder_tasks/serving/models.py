@@ -260,10 +260,16 @@ class ServedModel:
             return [len(tokenizer(*seq, add_special_tokens=True)["input_ids"]) for seq in sequences]
 
     async def predict(
-        self, inputs: list[dict[str, Any]], overrides: dict[str, Any] | None = None, request=None
+        self,
+        inputs: list[dict[str, Any]],
+        overrides: dict[str, Any] | None = None,
+        request=None,
+        costs: list[int] | None = None,
     ):
         """One record per input, through the micro-batcher. ``request`` (a Starlette request): a
-        client that disconnects stops waiting (its answer is dropped, nobody else's).
+        client that disconnects stops waiting (its answer is dropped, nobody else's). ``costs``:
+        the tokens each input computes, where the route counted them already (else counted here,
+        as :meth:`costs` does).
 
         Raises ApiError 503 when the model is not ready, the server is shutting down, or no answer
         came within ``request_timeout``."""
@@ -271,7 +277,7 @@ class ServedModel:
             raise self._unavailable()
         self.batcher.admit()  # a full queue refuses at once, before any work is spent on counting
         answer = asyncio.ensure_future(
-            asyncio.wait_for(self._submit(inputs, overrides or {}), self.options.request_timeout)
+            asyncio.wait_for(self._submit(inputs, overrides or {}, costs), self.options.request_timeout)
         )
         waits = {answer}
         gone = asyncio.ensure_future(_disconnected(request)) if request is not None else None
@@ -311,13 +317,20 @@ class ServedModel:
                 "(--request_timeout); the server is overloaded, try again",
             ) from None
 
-    async def _submit(self, inputs: list[dict[str, Any]], overrides: dict[str, Any]) -> list[dict[str, Any]]:
-        # A request far over the cap is refused from its word count, before it is tokenized
-        floor = await asyncio.to_thread(_costs, self._counter, self.task, inputs, overrides, True)
-        self.check_cost(floor, at_least=True)
-        costs = await asyncio.to_thread(self.costs, inputs, overrides)
+    async def _submit(
+        self, inputs: list[dict[str, Any]], overrides: dict[str, Any], costs: list[int] | None = None
+    ) -> list[dict[str, Any]]:
+        if costs is None:
+            costs = await asyncio.to_thread(self._checked_costs, inputs, overrides)
         self.check_cost(costs)
         return await self.batcher.submit(inputs, overrides, costs)
+
+    def _checked_costs(self, inputs: list[dict[str, Any]], overrides: dict[str, Any]) -> list[int]:
+        # A request far over the cap is refused from its word count, before it is tokenized;
+        # both in one trip off the event loop (a trip costs a one-sentence request as much as
+        # its counting).
+        self.check_cost(_costs(self._counter, self.task, inputs, overrides, True), at_least=True)
+        return self.costs(inputs, overrides)
 
 
 #: Lowest (and highest) value of the per-request parameters that have one (``top_k``'s highest

@@ -1,8 +1,14 @@
-"""The HTTP protocol under ``serve``: uvicorn's h11 protocol with the limits an open port needs.
+"""The HTTP protocol under ``serve``: uvicorn's HTTP/1.1 protocol with the limits an open port needs.
+
+The parser is httptools' (C, uvicorn's own choice when it is installed: the ``serve`` extra
+installs it, with uvloop) or, without it, h11's (pure Python). For one-sentence requests the
+parser is a large share of the server's CPU: h11 and asyncio's own loop took about as much of the
+event loop as the model's forward pass took of the cores (docs/speed.md). :func:`http_protocol`
+picks it; ``--http h11`` forces the pure-Python one.
 
 uvicorn closes idle keep-alive connections, but a connection that sends half its headers and
-then nothing stays open for ever, and every connection is accepted. :class:`GuardedH11Protocol`
-adds:
+then nothing stays open for ever, and every connection is accepted. :func:`guarded_protocol`
+adds, over either parser:
 
 - a header timeout: a request's headers must arrive within ``header_timeout`` seconds of the
   connection opening (or of the previous answer), else the connection gets a JSON 408 and closes;
@@ -22,9 +28,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
-
 from .errors import ApiError
+
+#: ``--http`` choices: the fastest installed parser, or one named.
+HTTP_PROTOCOLS = ("auto", "httptools", "h11")
 
 
 def _raw_answer(status: int, reason: str, message: str, extra: str = "") -> bytes:
@@ -36,10 +43,36 @@ def _raw_answer(status: int, reason: str, message: str, extra: str = "") -> byte
     return head.encode("latin-1") + body
 
 
-def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Protocol]:
-    """An :class:`H11Protocol` subclass with these limits (uvicorn builds one per connection)."""
+def http_protocol(name: str = "auto") -> type:
+    """uvicorn's protocol class for ``name``: ``auto`` is httptools' where it imports, else h11's.
 
-    class GuardedH11Protocol(H11Protocol):
+    Example:
+        >>> http_protocol("h11").__name__
+        'H11Protocol'
+    """
+    if name not in HTTP_PROTOCOLS:
+        raise ValueError(f"--http: expected one of {', '.join(HTTP_PROTOCOLS)}, found {name!r}")
+    if name in ("auto", "httptools"):
+        try:
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+            return HttpToolsProtocol
+        except ImportError:
+            if name == "httptools":
+                raise ValueError(
+                    "--http httptools: httptools is not installed (pip install 'encoder-tasks[serve]')"
+                ) from None
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    return H11Protocol
+
+
+def guarded_protocol(header_timeout: float, max_connections: int, http: str = "auto") -> type:
+    """A subclass of :func:`http_protocol` ``(http)`` with these limits (uvicorn builds one per
+    connection)."""
+    base = http_protocol(http)
+
+    class GuardedProtocol(base):
         _header_timer: Any = None
 
         def connection_made(self, transport) -> None:
@@ -59,7 +92,8 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
             self._arm()
 
         def _waiting_for_headers(self) -> bool:
-            return self.cycle is None or self.cycle.response_complete
+            cycle = getattr(self, "cycle", None)
+            return cycle is None or cycle.response_complete
 
         def _arm(self) -> None:
             if self._header_timer is None:
@@ -95,7 +129,8 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
             if self.transport is not None:  # refused connections never started
                 super().connection_lost(exc)
 
-    return GuardedH11Protocol
+    GuardedProtocol.__name__ = GuardedProtocol.__qualname__ = f"Guarded{base.__name__}"
+    return GuardedProtocol
 
 
 def uvicorn_config(app, options, log_level: str = "info", **extra: Any):
@@ -106,7 +141,7 @@ def uvicorn_config(app, options, log_level: str = "info", **extra: Any):
         app,
         log_level=log_level,
         lifespan="on",
-        http=guarded_protocol(options.header_timeout, options.max_connections),
+        http=guarded_protocol(options.header_timeout, options.max_connections, options.http),
         timeout_keep_alive=options.keep_alive_timeout,
         # SIGTERM's drain is the app's own (it answers what is left 503 at --drain_timeout); this is
         # uvicorn's last resort, a little later, should anything still hang.

@@ -196,3 +196,29 @@ def test_special_tokens_typed_in_a_text_are_text(server):
     assert ids.count(tokenizer.sep_token_id) == 1 and ids.count(tokenizer.cls_token_id) == 1  # its own only
     answer = post(server, PREDICT.format("sst2"), '{"inputs": [{"text": "a fine [SEP] film"}]}')
     assert answer.status_code == 200, answer.text
+
+
+def test_the_pure_python_parser_keeps_the_same_limits(task_runs):
+    # serve runs on httptools where installed (the serve extra) and h11 with --http h11: the
+    # header timeout and the connection cap hold over both.
+    from encoder_tasks.serving.protocol import http_protocol
+
+    assert http_protocol("auto").__name__ == "HttpToolsProtocol"  # the serve extra installs it
+    models = {"sst2": task_runs["classification"].model_dir}
+    with live_server(models, http="h11", header_timeout=1.0, max_connections=2) as url:
+        slow = _connect(url)
+        try:
+            slow.sendall(b"POST /v1/models/sst2/predict HTTP/1.1\r\nHost: x\r\n")
+            answer, closed = _read_answer(slow)
+            assert closed and answer.startswith(b"HTTP/1.1 408") and b"--header_timeout" in answer
+        finally:
+            slow.close()
+        assert post(url, PREDICT.format("sst2"), '{"inputs": [{"text": "fine"}]}').status_code == 200
+
+
+def test_an_unknown_http_parser_is_refused_naming_the_flag():
+    from encoder_tasks.errors import UserError
+    from encoder_tasks.serving.app import ServeOptions
+
+    with pytest.raises(UserError, match="http"):
+        ServeOptions(http="gunicorn")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from scipy.stats import spearmanr
@@ -41,8 +41,11 @@ def test_bad_concurrency_is_refused_by_name(value, capsys):
 def test_select_by_group_and_name_keeps_run_order():
     assert [c.name for c in bench.select("serving")] == [
         "serve-toolkit",
+        "serve-toolkit-h11",
+        "serve-toolkit-int8",
         "serve-infinity-torch",
         "serve-infinity-optimum",
+        "serve-infinity-optimum-int8",
     ]
     chosen = [
         c.name for c in bench.select("fastembed,st-fp32,toolkit", "toolkit-int8-onnx,toolkit-int8-openvino")
@@ -217,34 +220,63 @@ def test_mean_pool_ignores_padding_and_normalises():
     assert pooled.tolist() == [[1.0, 0.0]]
 
 
-# ---- the closed loop, against a mock transport ----------------------------------------------------
+# ---- the closed loop, against a local server ----------------------------------------------------
 def test_closed_loop_counts_answers_errors_and_texts():
     bodies = []
 
-    def answer(request):
-        body = json.loads(request.content)
-        bodies.append(body)
-        if body["input"] == ["t1"]:
-            return httpx.Response(500, json={"error": "boom"})
-        return httpx.Response(200, json={"data": [{"embedding": [float(len(bodies))]}]})
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(re.search(rb"Content-Length: (\d+)", head).group(1))
+                body = json.loads(await reader.readexactly(length))
+                bodies.append(body)
+                if body["input"] == ["t1"]:
+                    status, answer = b"500 Internal Server Error", {"error": "boom"}
+                elif body["input"] == ["t0"] and len(bodies) == 2:
+                    status, answer = b"200 OK", {"not": "an embedding answer"}
+                else:
+                    status, answer = b"200 OK", {"data": [{"embedding": [float(len(bodies))]}]}
+                data = json.dumps(answer).encode()
+                if len(bodies) % 2:  # both ways a server may frame an answer
+                    writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+                else:
+                    writer.write(
+                        b"HTTP/1.1 "
+                        + status
+                        + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        + b"%x\r\n" % len(data)
+                        + data
+                        + b"\r\n0\r\n\r\n"
+                    )
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            writer.close()
 
-    row = asyncio.run(
-        bench.closed_loop(
-            "http://127.0.0.1:1/embeddings",
-            ["t0", "t1", "t2"],
-            concurrency=2,
-            requests=5,
-            max_seconds=30,
-            offset=2,
-            transport=httpx.MockTransport(answer),
-        )
-    )
-    assert row["sent"] == 5 and row["completed"] == 4 and row["errors"] == {"500": 1}
-    # from offset 2, cycling: t2 t0 t1 t2 t0
-    assert sorted(b["input"][0] for b in bodies) == ["t0", "t0", "t1", "t2", "t2"]
+    async def run():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return await bench.closed_loop(
+                f"http://127.0.0.1:{port}/embeddings", ["t0", "t1", "t2"], concurrency=1, requests=5,
+                max_seconds=30, offset=2,
+            )  # fmt: skip
+        finally:
+            server.close()
+
+    row = asyncio.run(run())
+    # from offset 2, cycling: t2 t0(not an answer) t1(500) t2 t0
+    assert [b["input"][0] for b in bodies] == ["t2", "t0", "t1", "t2", "t0"]
     assert all(b["model"] == bench.SERVED_NAME for b in bodies)
-    assert set(row["_vectors"]) == {0, 2}
-    assert row["p50_ms"] is not None and row["concurrency"] == 2
+    assert row["sent"] == 5 and row["completed"] == 3
+    assert row["errors"] == {"500": 1, "KeyError": 1}
+    assert row["_vectors"] == {2: [4.0], 0: [5.0]}
+    assert row["p50_ms"] is not None and row["concurrency"] == 1 and row["client_cpu_seconds"] >= 0
+
+
+def test_closed_loop_counts_a_refused_connection():
+    row = asyncio.run(bench.closed_loop(f"http://127.0.0.1:{bench.free_port()}/e", ["t"], 2, 3, 30))
+    assert row["completed"] == 0 and row["errors"] == {"ConnectionRefusedError": 3}
 
 
 # ---- tables ---------------------------------------------------------------------------------------
@@ -300,6 +332,12 @@ def result_dict() -> dict:
                 ],
             },
             "serve-infinity-optimum": {"skipped": "not installed"},
+            "serve-infinity-optimum-int8": {
+                "levels": [
+                    {"concurrency": 1, "completed": 10, "errors": {}, "requests_per_s": 25.0},
+                    {"concurrency": 32, "completed": 10, "errors": {}, "requests_per_s": 120.0},
+                ],
+            },
         },
     }
 
@@ -318,7 +356,7 @@ def test_encode_table_ratios_and_metric_change():
     assert all(len(row) == len(table["columns"]) for row in table["rows"])
 
 
-def test_serving_table_against_infinity_torch():
+def test_serving_table_against_infinity_torch_and_the_fastest_infinity():
     table = bench.build_tables(result_dict())["cpu-serving"]
     rows = [row for row in table["rows"]]
     assert [r[0] for r in rows] == [
@@ -327,12 +365,18 @@ def test_serving_table_against_infinity_torch():
         "serve-infinity-torch",
         "serve-infinity-torch",
         "serve-infinity-optimum",
+        "serve-infinity-optimum-int8",
+        "serve-infinity-optimum-int8",
     ]
-    assert rows[0][2:9] == [1, 10, 0, "30.0", "1.50x", "33.0", "50.0"]
-    assert rows[1][4] == 1 and rows[1][6] == "1.50x"
-    assert rows[2][6] == "1.00x"
-    assert rows[2][9] == "min cosine vs st-fp32 1.0000 (20 answers)" and rows[3][9] == "" and rows[0][9] == ""
-    assert rows[4][9] == "skipped: not installed"
+    # x infinity-torch, then x the fastest Infinity row at that concurrency (int8 included)
+    assert rows[0][2:10] == [1, 10, 0, "30.0", "1.50x", "1.20x", "33.0", "50.0"]
+    assert rows[1][4] == 1 and rows[1][6:8] == ["1.50x", "0.75x"]
+    assert rows[2][6:8] == ["1.00x", "0.80x"] and rows[6][7] == "1.00x"
+    assert (
+        rows[2][10] == "min cosine vs st-fp32 1.0000 (20 answers)" and rows[3][10] == "" and rows[0][10] == ""
+    )
+    assert rows[4][10] == "skipped: not installed"
+    assert all(len(row) == len(table["columns"]) for row in rows)
 
 
 def test_tables_render_through_the_docs_renderer():
