@@ -9,6 +9,7 @@ layout back, and any plain encoder too.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,16 +94,15 @@ class BiEncoder(EncoderWithHead):
 
     @classmethod
     def from_settings(cls, encoder, settings: EmbeddingSettings) -> BiEncoder:
-        """The head the settings describe, on ``encoder``, carrying those settings."""
-        model = cls(
-            encoder,
-            pooling=settings.pooling,
-            normalize=settings.normalize,
-            loss=settings.loss,
-            temperature=settings.temperature,
-            symmetric=settings.symmetric,
-            gather_across_devices=settings.gather_across_devices,
-        )
+        """The head the settings describe, on ``encoder``, carrying those settings.
+
+        Every constructor argument after ``encoder`` is the settings field of the same name, in
+        this class and its subclasses (:class:`~.sparse.SparseEncoder`), so one reader serves all.
+        """
+        names = [
+            name for name in inspect.signature(cls.__init__).parameters if name not in ("self", "encoder")
+        ]
+        model = cls(encoder, **{name: getattr(settings, name) for name in names})
         model.settings = settings
         return model
 
@@ -127,13 +127,16 @@ class BiEncoder(EncoderWithHead):
         if anchor is None:
             return EmbeddingOutput(embeddings=self.embed(input_ids, attention_mask, token_type_ids))
         anchors, positives, *rest = self.embed_groups([anchor, positive, *(negatives or [])])
+        return EmbeddingOutput(loss=self.pair_loss(anchors, positives, rest, labels), embeddings=anchors)
+
+    def pair_loss(self, anchors, positives, negatives: list[torch.Tensor], labels=None) -> torch.Tensor:
+        """The training loss of embedded anchors and positives: on the pairs' scores (``labels``)
+        for a scored loss, else on the in-batch and explicit ``negatives``."""
         if self.loss_name in SCORED_LOSSES:
             if labels is None:
                 raise UserError(f"--loss {self.loss_name} needs a score per pair (--score_column)")
-            loss = self.loss_fn(anchors, positives, labels)
-        else:
-            loss = self.loss_fn(anchors, positives, rest)
-        return EmbeddingOutput(loss=loss, embeddings=anchors)
+            return self.loss_fn(anchors, positives, labels)
+        return self.loss_fn(anchors, positives, negatives)
 
     def embed_groups(self, groups: list[dict]) -> list[torch.Tensor]:
         """Embeddings of several groups of texts (anchors, positives, negatives) in one encoder
