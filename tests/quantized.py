@@ -28,3 +28,23 @@ def assert_guardrail_order(report: dict) -> list[int]:
     assert [s["excluded_layers"] for s in steps] == [sorted(order[:i]) for i in range(len(steps))]
     assert report["metric"] == {k: v for k, v in steps[-1].items() if k != "excluded_layers"}
     return excluded
+
+
+def quantize_with_zero_tolerance(run, dest, backend: str, **options) -> dict:
+    """The report of a static int8 ``backend`` copy of ``run`` (the pair task's) whose guardrail
+    allows no metric loss at all: layers go to fp32 until none is left or none is lost."""
+    from encoder_tasks.commands.quantize import quantize_run
+    from tests.samples import STS_COLUMNS
+
+    return quantize_run(
+        run.model_dir,
+        dest,
+        backend=backend,
+        method="static",
+        validation_file=str(run.train_file),
+        eval_flags=STS_COLUMNS,
+        max_metric_loss=0.0,
+        repeats=1,
+        calibration_samples=8,
+        **options,
+    )

@@ -17,7 +17,7 @@ from encoder_tasks.commands.quantize import quantize_run
 from encoder_tasks.errors import UserError
 from encoder_tasks.inference import Predictor
 from tests.helpers import error_line, read_json
-from tests.quantized import assert_guardrail_order, labels
+from tests.quantized import assert_guardrail_order, labels, quantize_with_zero_tolerance
 from tests.samples import STS_COLUMNS
 
 pytest.importorskip("onnxruntime")
@@ -28,7 +28,7 @@ READ_FLAGS = {"pair": STS_COLUMNS}
 
 
 @pytest.mark.parametrize("task", ["classification", "ner"])
-def test_static_int8_run_loads_with_no_flag_and_predicts_the_fp32labels(task_runs, tmp_path, task):
+def test_static_int8_run_loads_with_no_flag_and_predicts_the_fp32_labels(task_runs, tmp_path, task):
     run = task_runs[task]
     dest = tmp_path / "int8"
     argv = ["quantize", str(run.model_dir), str(dest), "--backend", "onnx", "--method", "static"]
@@ -60,17 +60,7 @@ def test_static_int8_run_loads_with_no_flag_and_predicts_the_fp32labels(task_run
 
 def test_tight_max_metric_loss_keeps_the_most_sensitive_layers_in_fp32(task_runs, tmp_path):
     run = task_runs["pair"]
-    report = quantize_run(
-        run.model_dir,
-        tmp_path / "int8",
-        backend="onnx",
-        method="static",
-        validation_file=str(run.train_file),
-        eval_flags=STS_COLUMNS,
-        max_metric_loss=0.0,  # any loss at all: layers go to fp32 until none is left or none is lost
-        repeats=1,
-        calibration_samples=8,
-    )
+    report = quantize_with_zero_tolerance(run, tmp_path / "int8", "onnx")
     excluded = assert_guardrail_order(report)
     settings = read_json(tmp_path / "int8" / "encoder_tasks.json")["settings"]
     assert settings["runtime"]["excluded_layers"] == excluded

@@ -10,11 +10,9 @@ import pytest
 
 from encoder_tasks import runtimes
 from encoder_tasks.cli import main
-from encoder_tasks.commands.quantize import quantize_run
 from encoder_tasks.inference import Predictor
 from tests.helpers import error_line, read_json
-from tests.quantized import assert_guardrail_order, labels
-from tests.samples import STS_COLUMNS
+from tests.quantized import assert_guardrail_order, labels, quantize_with_zero_tolerance
 
 pytest.importorskip("openvino")
 pytest.importorskip("nncf")
@@ -24,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("graph_cache", "auto_backend")  # tests/cli
 
 
 @pytest.mark.parametrize("task", ["classification", "ner"])
-def test_static_int8_run_loads_with_no_flag_and_predicts_the_fp32labels(task_runs, tmp_path, task):
+def test_static_int8_run_loads_with_no_flag_and_predicts_the_fp32_labels(task_runs, tmp_path, task):
     run = task_runs[task]
     dest = tmp_path / "int8"
     # no --method: static, the one method of the openvino backend
@@ -55,17 +53,11 @@ def test_static_int8_run_loads_with_no_flag_and_predicts_the_fp32labels(task_run
 
 def test_tight_max_metric_loss_keeps_the_most_sensitive_layers_in_fp32(task_runs, tmp_path):
     run = task_runs["pair"]
-    report = quantize_run(
-        run.model_dir,
+    report = quantize_with_zero_tolerance(
+        run,
         tmp_path / "int8",
-        backend="openvino",
-        method="static",
-        validation_file=str(run.train_file),
-        eval_flags=STS_COLUMNS,
-        max_metric_loss=0.0,  # any loss at all: layers go to fp32 until none is left or none is lost
+        "openvino",
         metric="loss",  # moves with any change of the scores (the tiny run's Spearman ranks do not)
-        repeats=1,
-        calibration_samples=8,
     )
     excluded = assert_guardrail_order(report)
     # the excluded layers' linear layers are nncf's ignored scope of the saved graph, and no others
