@@ -228,11 +228,49 @@ def encode_texts(
         >>> encode_texts(model, make_tiny_tokenizer(), ["the cat", "a dog sat"], batch_size=1).shape
         (2, 32)
     """
-    from ...predict import run_batches
-
     texts = list(texts)
     if not texts:
         return np.zeros((0, model.config.hidden_size), dtype=np.float32)
+    rows = encode_rows(
+        model,
+        tokenizer,
+        texts,
+        lambda output, _: output.embeddings.float().cpu().numpy(),
+        batch_size=batch_size,
+        max_length=max_length,
+        precision=precision,
+        disable_tqdm=disable_tqdm,
+    )
+    return np.stack(rows).astype(np.float32, copy=False)
+
+
+def encode_rows(
+    model: BiEncoder,
+    tokenizer,
+    texts: list[str],
+    read,
+    *,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    precision: str = "fp32",
+    disable_tqdm: bool | None = None,
+    runner=None,
+) -> list:
+    """``read(output, batch)``'s rows for ``texts``, in input order: the texts tokenised once (at
+    ``max_length``, default the model's saved one) and run in length-sorted batches by ``runner``
+    (default ``model``) in eval mode, under ``precision``. The dense and the sparse encoders'
+    shared loop (:func:`encode_texts`, :func:`.sparse.encode_sparse`).
+
+    Example:
+        >>> from encoder_tasks.testing import make_tiny_model, make_tiny_tokenizer
+        >>> from encoder_tasks.backbone import load_encoder
+        >>> model = BiEncoder(load_encoder(make_tiny_model("bert")))
+        >>> norms = lambda output, _: output.embeddings.norm(dim=-1).tolist()
+        >>> [round(n, 4) for n in encode_rows(model, make_tiny_tokenizer(), ["the cat", "a dog sat"], norms)]
+        [1.0, 1.0]
+    """
+    from ...predict import run_batches
+
     settings = model.settings
     max_length = max_length or (settings and settings.max_length) or min(tokenizer.model_max_length, 512)
     encoded = tokenizer(texts, truncation=True, max_length=max_length)
@@ -241,14 +279,14 @@ def encode_texts(
     was_training = model.training
     model.eval()
     rows = run_batches(
-        model,
+        runner if runner is not None else model,
         features,
         lambda batch: tokenizer.pad(batch, return_tensors="pt"),
         batch_size,
         precision,
-        read=lambda output, _: output.embeddings.float().cpu().numpy(),
+        read=read,
         desc="encoding",
         disable_tqdm=disable_tqdm,
     )
     model.train(was_training)
-    return np.stack(rows).astype(np.float32, copy=False)
+    return rows

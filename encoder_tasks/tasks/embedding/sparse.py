@@ -38,7 +38,7 @@ from torch import nn
 
 from ...errors import UserError
 from .args import SPARSE_REGULARIZERS
-from .model import BiEncoder, EmbeddingOutput
+from .model import BiEncoder, EmbeddingOutput, encode_rows
 
 #: Each token's output bias starts this many (estimated) standard deviations of its logit below zero.
 INITIAL_BIAS_SIGMAS = 4.0
@@ -432,31 +432,20 @@ def encode_sparse(
         >>> len(ids) == len(weights)  # an untrained head starts sparse: few or no non-zeros
         True
     """
-    from ...predict import run_batches
-
     texts = list(texts)
     if not isinstance(model, SparseEncoder):
         raise UserError(f"{type(model).__name__} is a dense model; sparse vectors need --model_type sparse")
-    settings = model.settings
-    max_length = max_length or (settings and settings.max_length) or min(tokenizer.model_max_length, 512)
-    encoded = tokenizer(texts, truncation=True, max_length=max_length)
-    keys = [k for k in ("input_ids", "attention_mask") if k in encoded]
-    features = [{k: encoded[k][i] for k in keys} for i in range(len(texts))]
-    was_training = model.training
-    model.eval()
-    runner = _QuerySide(model) if queries else model
-    rows = run_batches(
-        runner,
-        features,
-        lambda batch: tokenizer.pad(batch, return_tensors="pt"),
-        batch_size,
-        precision,
-        read=lambda output, _: to_sparse(output.embeddings),
-        desc="encoding",
+    return encode_rows(
+        model,
+        tokenizer,
+        texts,
+        lambda output, _: to_sparse(output.embeddings),
+        batch_size=batch_size,
+        max_length=max_length,
+        precision=precision,
         disable_tqdm=disable_tqdm,
+        runner=_QuerySide(model) if queries else None,
     )
-    model.train(was_training)
-    return rows
 
 
 def is_sparse(model) -> bool:
