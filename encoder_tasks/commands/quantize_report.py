@@ -214,12 +214,18 @@ def evaluate_and_time(
 
 
 def table_lines(report: dict) -> list[str]:
-    """The report as a few aligned lines (the log, the README)."""
+    """The report as a few aligned lines (the log, the README): sizes, and with a validation file
+    the metric and the speed. A report of an int8 graph (``--backend onnx|openvino``: it has a
+    ``runtime`` record) sizes the encoder's graph, not the model's weights."""
     size = report["size"]
     lines = [f"{'':<22} {'fp32':>12} {'int8':>12} {'change':>10}"]
-    digits = 1 if size["fp32_bytes"] >= 10e6 else 3
+    if "runtime" in report:
+        size_label, speed_label, digits = "encoder graph (MB)", "inputs/s (model)", 3
+    else:
+        size_label, speed_label = "weights (MB)", "inputs/s"
+        digits = 1 if size["fp32_bytes"] >= 10e6 else 3
     lines.append(
-        f"{'weights (MB)':<22} {size['fp32_bytes'] / 1e6:>12.{digits}f} {size['int8_bytes'] / 1e6:>12.{digits}f} "
+        f"{size_label:<22} {size['fp32_bytes'] / 1e6:>12.{digits}f} {size['int8_bytes'] / 1e6:>12.{digits}f} "
         f"{size['ratio']:>9.2f}x"
     )
     if "metric" in report:
@@ -228,7 +234,7 @@ def table_lines(report: dict) -> list[str]:
             f"{m['name']:<22} {m['before']:>12.4f} {m['after']:>12.4f} {m['relative_change']:>+10.2%}"
         )
         lines.append(
-            f"{'inputs/s':<22} {s['fp32']['inputs_per_second']:>12.1f} {s['int8']['inputs_per_second']:>12.1f} "
+            f"{speed_label:<22} {s['fp32']['inputs_per_second']:>12.1f} {s['int8']['inputs_per_second']:>12.1f} "
             f"{s['speedup']:>9.2f}x"
         )
     return lines
@@ -248,18 +254,16 @@ def log_report(report: dict) -> None:
 
 
 def write_readme(path: Path, report: dict) -> None:
-    """A short model card: what this is, how to use it, the report's figures."""
-    task, layers = report["task"], len(report["quantization"]["layers"])
+    """A short model card: what this is, how to use it, the report's figures (both ``quantize``
+    paths: torch's dynamic int8 weights, and a ``runtime`` record's int8 graph)."""
+    task = report["task"]
+    title, about = _card_about(report)
     text = [
-        f"# int8 {task} model",
+        title,
         "",
-        f"The int8 copy of `{report['source']}`, written by `encoder-tasks quantize`: {layers} linear "
-        "layers hold int8 weights (one scale per output channel) and quantize their inputs per batch "
-        "as they run (dynamic quantization); embeddings, layer norms and everything else stay fp32. "
-        "It runs on the CPU.",
+        about,
         "",
-        "Use it as any run directory:",
-        "",
+        *(["Use it as any run directory:", ""] if "runtime" not in report else []),
         "```bash",
         f"encoder-tasks {task} predict --model_dir . --input_file INPUTS --output_file predictions.jsonl",
         "encoder-tasks serve .",
@@ -273,3 +277,28 @@ def write_readme(path: Path, report: dict) -> None:
         "",
     ]
     path.write_text("\n".join(text), encoding="utf-8")
+
+
+def _card_about(report: dict) -> tuple[str, str]:
+    """The model card's title and the paragraph saying what was quantized and how."""
+    task = report["task"]
+    runtime = report.get("runtime")
+    if runtime is None:
+        layers = len(report["quantization"]["layers"])
+        return f"# int8 {task} model", (
+            f"The int8 copy of `{report['source']}`, written by `encoder-tasks quantize`: {layers} linear "
+            "layers hold int8 weights (one scale per output channel) and quantize their inputs per batch "
+            "as they run (dynamic quantization); embeddings, layer norms and everything else stay fp32. "
+            "It runs on the CPU."
+        )
+    engine, graph = {
+        "onnx": ("ONNX Runtime", "an ONNX graph"),
+        "openvino": ("OpenVINO", "an OpenVINO graph"),
+    }[runtime["backend"]]
+    return f"# int8 {task} model ({engine})", (
+        f"The int8 copy of `{report['source']}`, written by `encoder-tasks quantize --backend {runtime['backend']} "
+        f"--method {runtime['method']}`: `{runtime['file']}` is the encoder as {graph} whose matrix products are "
+        f"int8 ({runtime['quantized_nodes']} of them); encoder layers kept in fp32 by the metric guardrail: "
+        f"{runtime['excluded_layers'] or 'none'}. The task's head and post-processing run in torch around it; "
+        "`model.safetensors` keeps the fp32 weights (`--backend torch` runs them)."
+    )

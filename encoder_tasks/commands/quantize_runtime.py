@@ -150,7 +150,7 @@ def quantize_with_runtime(
     from ..runtimes import apply_backend, runtime_module
     from ..saved import task_named
     from .quantize_checks import REPORT_FILE, check_source
-    from .quantize_report import describe_sizes, headline_metric
+    from .quantize_report import describe_sizes, headline_metric, write_readme
 
     if backend not in GRAPHS:
         raise UserError(
@@ -283,7 +283,7 @@ def quantize_with_runtime(
                     100 * max_metric_loss,
                 )
         write_json(staging / REPORT_FILE, report)
-        _write_readme(staging / "README.md", report)
+        write_readme(staging / "README.md", report)
     _log(report)
     return report
 
@@ -397,60 +397,13 @@ def _speeds(staging, record, calls, repeats, batch_size, EncoderWithHead, apply_
     return speed
 
 
-def _table(report: dict) -> list[str]:
-    size = report["size"]
-    lines = [f"{'':<22} {'fp32':>12} {'int8':>12} {'change':>10}"]
-    lines.append(
-        f"{'encoder graph (MB)':<22} {size['fp32_bytes'] / 1e6:>12.3f} {size['int8_bytes'] / 1e6:>12.3f} "
-        f"{size['ratio']:>9.2f}x"
-    )
-    if "metric" in report:
-        m, s = report["metric"], report["speed"]
-        lines.append(
-            f"{m['name']:<22} {m['before']:>12.4f} {m['after']:>12.4f} {m['relative_change']:>+10.2%}"
-        )
-        lines.append(
-            f"{'inputs/s (model)':<22} {s['fp32']['inputs_per_second']:>12.1f} {s['int8']['inputs_per_second']:>12.1f} "
-            f"{s['speedup']:>9.2f}x"
-        )
-    return lines
-
-
 def _log(report: dict) -> None:
+    from .quantize_report import table_lines
+
     runtime = report["runtime"]
     lines = [
         f"quantize: {report['source']} -> {report['dest']} ({report['task']}, {runtime['backend']} {runtime['method']} int8; "
         f"layers kept in fp32: {runtime['excluded_layers'] or 'none'})",
-        *_table(report),
+        *table_lines(report),
     ]
     logger.info("\n".join(lines))
-
-
-def _write_readme(path: Path, report: dict) -> None:
-    runtime, task = report["runtime"], report["task"]
-    engine, graph = {
-        "onnx": ("ONNX Runtime", "an ONNX graph"),
-        "openvino": ("OpenVINO", "an OpenVINO graph"),
-    }[runtime["backend"]]
-    text = [
-        f"# int8 {task} model ({engine})",
-        "",
-        f"The int8 copy of `{report['source']}`, written by `encoder-tasks quantize --backend {runtime['backend']} "
-        f"--method {runtime['method']}`: `{runtime['file']}` is the encoder as {graph} whose matrix products are "
-        f"int8 ({runtime['quantized_nodes']} of them); encoder layers kept in fp32 by the metric guardrail: "
-        f"{runtime['excluded_layers'] or 'none'}. The task's head and post-processing run in torch around it; "
-        "`model.safetensors` keeps the fp32 weights (`--backend torch` runs them).",
-        "",
-        "```bash",
-        f"encoder-tasks {task} predict --model_dir . --input_file INPUTS --output_file predictions.jsonl",
-        "encoder-tasks serve .",
-        "```",
-        "",
-        "```text",
-        *_table(report),
-        "```",
-        "",
-        "`quantization_report.json` holds every figure; docs/quantization.md says how to read it.",
-        "",
-    ]
-    path.write_text("\n".join(text), encoding="utf-8")

@@ -297,6 +297,20 @@ def normalized(code: str) -> str:
     return " ".join(code.split())
 
 
+def _kept(row: dict, seen: set[str], counts: dict, keep_trivial: bool) -> bool:
+    """Whether ``row`` stays: not trivial (unless ``keep_trivial``) and no copy of a row kept
+    before (``seen``, updated); ``counts`` tallies what was dropped (``trivial``, ``duplicates``)."""
+    if row["trivial"] and not keep_trivial:
+        counts["trivial"] += 1
+        return False
+    code = normalized(row["code"])
+    if code in seen:
+        counts["duplicates"] += 1
+        return False
+    seen.add(code)
+    return True
+
+
 def extract(
     sources: Sequence[str | Path],
     packages: Iterable[str] | None = None,
@@ -337,15 +351,8 @@ def extract(
             row["tokens"] = len(row["code"].split())
             result.all_rows.append(row)
             counts["functions"] += 1
-            if row["trivial"] and not keep_trivial:
-                counts["trivial"] += 1
-                continue
-            key = normalized(row["code"])
-            if key in seen:
-                counts["duplicates"] += 1
-                continue
-            seen.add(key)
-            result.rows.append(row)
+            if _kept(row, seen, counts, keep_trivial):
+                result.rows.append(row)
     counts["files_skipped"] = len(result.skipped)
     counts["kept"] = len(result.rows)
     result.counts = counts
@@ -439,15 +446,8 @@ def split_rows(
         for row in rows:
             if where[row[key]] != split:
                 continue
-            if row["trivial"] and not keep_trivial:
-                counts["trivial"] += 1
-                continue
-            code = normalized(row["code"])
-            if code in seen:
-                counts["duplicates"] += 1
-                continue
-            seen.add(code)
-            out[split].append({**row, "split": split})
+            if _kept(row, seen, counts, keep_trivial):
+                out[split].append({**row, "split": split})
     counts["kept"] = {s: len(v) for s, v in out.items()}
     counts[f"{by}s"] = {s: sorted({r[key] for r in v}) for s, v in out.items()}
     return out, counts

@@ -58,6 +58,15 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, out_dir, name: str) -> Path:
+    """Lay ``fig`` out, write it to ``out_dir/name`` (110 dpi, every plot alike) and free it."""
+    fig.tight_layout()
+    path = Path(out_dir) / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def matplotlib_missing_message() -> str:
     return "plots skipped: matplotlib is not installed (pip install 'encoder-tasks[plots]')"
 
@@ -107,11 +116,7 @@ def plot_learning_curves(records: list[dict], out_dir: str | os.PathLike) -> Pat
         ax.set_xlabel("step")
         ax.set_title(metric)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(out_dir) / "learning_curves.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out_dir, "learning_curves.png")
 
 
 def plot_confusion_matrix(predicted, references, label_names: list[str], out_dir) -> Path | None:
@@ -145,11 +150,7 @@ def plot_confusion_matrix(predicted, references, label_names: list[str], out_dir
                     color="white" if matrix[i, j] > limit else "black",
                     fontsize=8,
                 )
-    fig.tight_layout()
-    path = Path(out_dir) / "confusion_matrix.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out_dir, "confusion_matrix.png")
 
 
 def plot_per_type_f1(per_type: dict, out_dir, title: str = "Per-type scores") -> Path | None:
@@ -181,11 +182,7 @@ def plot_per_type_f1(per_type: dict, out_dir, title: str = "Per-type scores") ->
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="lower right")
-    fig.tight_layout()
-    path = Path(out_dir) / "per_type_f1.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out_dir, "per_type_f1.png")
 
 
 def plot_score_distribution(
@@ -213,11 +210,7 @@ def plot_score_distribution(
     ax.set_xlabel(xlabel)
     ax.set_title("Score distribution")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(out_dir) / "score_distribution.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out_dir, "score_distribution.png")
 
 
 def plot_reliability(
@@ -264,11 +257,7 @@ def plot_reliability(
     bar.set_xlabel("confidence")
     bar.set_ylabel("share")
     bar.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(out_dir) / "reliability.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out_dir, "reliability.png")
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

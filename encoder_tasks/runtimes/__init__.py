@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from ..errors import UserError, check_choice
+from .base import EncoderRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -84,59 +85,6 @@ def check_backend(backend: str) -> str:
     """``backend`` if it is one of :data:`CHOICES`, else a :class:`~encoder_tasks.errors.UserError`."""
     check_choice("backend", backend, CHOICES)
     return backend
-
-
-class EncoderRuntime(nn.Module):
-    """Stands in for ``model.encoder``: the same inputs, a ``BaseModelOutput`` with fp32
-    ``last_hidden_state``, the encoder's ``config``; the compute runs in :meth:`run`.
-
-    Subclasses set :attr:`backend` and implement :meth:`run` (numpy int64 inputs in, float32
-    ``[batch, sequence, hidden]`` out). :attr:`input_names` are the graph's inputs (an exporter drops
-    ``token_type_ids`` where the encoder never reads them). A zero-size parameter keeps
-    ``model.device`` (the first parameter's device) answering ``cpu`` for heads without weights
-    (embedding).
-
-    Example:
-        >>> from transformers import BertConfig
-        >>> class Zeros(EncoderRuntime):
-        ...     backend = "zeros"
-        ...     def run(self, feeds):
-        ...         return np.zeros((*feeds["input_ids"].shape, 4), dtype=np.float32)
-        >>> out = Zeros(BertConfig(hidden_size=4), ("input_ids", "attention_mask"))(torch.ones(2, 3, dtype=torch.long))
-        >>> tuple(out.last_hidden_state.shape), out.last_hidden_state.dtype
-        ((2, 3, 4), torch.float32)
-    """
-
-    backend = ""
-
-    def __init__(self, config, input_names, path: str | os.PathLike | None = None, precision: str = "fp32"):
-        super().__init__()
-        self.config = config
-        self.input_names = tuple(input_names)
-        self.path = Path(path) if path is not None else None
-        #: ``fp32`` or ``int8`` (a graph written by ``encoder-tasks quantize``).
-        self.precision = precision
-        self._device_anchor = nn.Parameter(torch.zeros(0), requires_grad=False)
-
-    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        raise NotImplementedError
-
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, return_dict=True, **ignored):
-        from transformers.modeling_outputs import BaseModelOutput
-
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
-        given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-        feeds = {
-            name: given[name].detach().cpu().numpy().astype(np.int64, copy=False) for name in self.input_names
-        }
-        hidden = torch.from_numpy(np.ascontiguousarray(self.run(feeds), dtype=np.float32))
-        return BaseModelOutput(last_hidden_state=hidden)
-
-    def extra_repr(self) -> str:
-        return f"backend={self.backend}, precision={self.precision}, path={self.path}"
 
 
 # ---- installation, export cache ------------------------------------------------------------------
@@ -536,9 +484,7 @@ def _first_line(exc: BaseException) -> str:
 
 def describe(model) -> dict[str, Any]:
     """Which backend ``model``'s encoder runs on, for logs and reports."""
-    from .base import EncoderRuntime as BaseRuntime  # the OpenVINO encoder's base (runtimes/base.py)
-
     encoder = getattr(model, "encoder", None)
-    if isinstance(encoder, (EncoderRuntime, BaseRuntime)):
+    if isinstance(encoder, EncoderRuntime):
         return {"backend": encoder.backend, "precision": encoder.precision, "path": str(encoder.path)}
     return {"backend": "torch"}

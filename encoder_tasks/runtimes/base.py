@@ -17,6 +17,9 @@ Example:
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import torch
 from torch import nn
@@ -28,20 +31,35 @@ class EncoderRuntime(nn.Module):
     ``forward(input_ids, attention_mask, token_type_ids=None, return_dict=True, **ignored)``
     returns ``BaseModelOutput(last_hidden_state=<fp32 CPU tensor [batch, sequence, hidden]>)``;
     ``config`` is the encoder's transformers config, kept for the heads and the Trainer. The
-    graph's inputs are ``input_names``: a missing ``attention_mask`` is all ones and missing
-    ``token_type_ids`` are zeros (what the torch encoders assume), inputs the graph does not
-    take are dropped. Subclasses implement :meth:`run`.
+    graph's inputs are ``input_names`` (an exporter drops ``token_type_ids`` where the encoder
+    never reads them): a missing ``attention_mask`` is all ones and missing ``token_type_ids``
+    are zeros (what the torch encoders assume), inputs the graph does not take are dropped.
+    Subclasses set :attr:`backend` and implement :meth:`run`; ``path`` is the graph's file and
+    ``precision`` ``fp32`` or ``int8`` (a graph written by ``encoder-tasks quantize``).
+
+    Example:
+        >>> from transformers import BertConfig
+        >>> class Zeros(EncoderRuntime):
+        ...     backend = "zeros"
+        ...     def run(self, feeds):
+        ...         return np.zeros((*feeds["input_ids"].shape, 4), dtype=np.float32)
+        >>> out = Zeros(BertConfig(hidden_size=4), ("input_ids", "attention_mask"))(torch.ones(2, 3, dtype=torch.long))
+        >>> tuple(out.last_hidden_state.shape), out.last_hidden_state.dtype
+        ((2, 3, 4), torch.float32)
     """
 
     #: The backend's name as ``--backend`` spells it.
     backend = "runtime"
 
-    def __init__(self, config, input_names):
+    def __init__(self, config, input_names, path: str | os.PathLike | None = None, precision: str = "fp32"):
         super().__init__()
         self.config = config
         self.input_names = tuple(input_names)
+        self.path = Path(path) if path is not None else None
+        #: ``fp32`` or ``int8`` (a graph written by ``encoder-tasks quantize``).
+        self.precision = precision
         # A zero-size parameter keeps ``model.device`` (the first parameter's device) answering
-        # ``cpu`` for heads without weights (embedding), as runtimes/__init__.py's stand-in does.
+        # ``cpu`` for heads without weights (embedding).
         self._device_anchor = nn.Parameter(torch.zeros(0), requires_grad=False)
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
@@ -68,6 +86,9 @@ class EncoderRuntime(nn.Module):
         if not return_dict:
             return (hidden,)
         return BaseModelOutput(last_hidden_state=hidden)
+
+    def extra_repr(self) -> str:
+        return f"backend={self.backend}, precision={self.precision}, path={self.path}"
 
 
 def _int64(value) -> np.ndarray:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import EncoderRuntime
+from .base import EncoderRuntime
 
 logger = logging.getLogger(__name__)
 

@@ -289,11 +289,10 @@ class OpenVINOEncoder(EncoderRuntime):
     backend = "openvino"
 
     def __init__(self, compiled, config, path: Path, settings: dict):
-        super().__init__(config, [port.get_any_name() for port in compiled.inputs])
+        super().__init__(config, [port.get_any_name() for port in compiled.inputs], path)
         self._compiled = compiled
         self._output = compiled.outputs[0]
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self.path = path
         #: What it was compiled with (precision, hint, threads) and what the export recorded.
         self.settings = settings
 

@@ -23,12 +23,7 @@ TASKS = ["classification", "pair", "ner", "qa", "embedding", "mlm"]
 TOLERANCE = 1e-4
 
 
-@pytest.fixture(autouse=True)
-def graph_cache(tmp_path_factory, monkeypatch):
-    """Exported graphs go to a session folder, never to the user's cache."""
-    folder = tmp_path_factory.getbasetemp() / "runtime-cache"
-    monkeypatch.setenv(runtimes.CACHE_ENV, str(folder))
-    return folder
+pytestmark = pytest.mark.usefixtures("graph_cache")  # tests/cli/conftest.py: graphs in a session folder
 
 
 @pytest.mark.parametrize("task", TASKS)

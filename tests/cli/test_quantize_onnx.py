@@ -17,26 +17,14 @@ from encoder_tasks.commands.quantize import quantize_run
 from encoder_tasks.errors import UserError
 from encoder_tasks.inference import Predictor
 from tests.helpers import error_line, read_json
+from tests.quantized import assert_guardrail_order, labels, quantize_with_zero_tolerance
 from tests.samples import STS_COLUMNS
 
 pytest.importorskip("onnxruntime")
 
+pytestmark = pytest.mark.usefixtures("graph_cache", "auto_backend")  # tests/cli/conftest.py
+
 READ_FLAGS = {"pair": STS_COLUMNS}
-
-
-@pytest.fixture(autouse=True)
-def graph_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv(runtimes.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "runtime-cache"))
-    monkeypatch.setenv(runtimes.BACKEND_ENV, "auto")  # the default users get (the suite's is torch)
-
-
-def _labels(records):
-    """Everything but the numbers: labels, tags, spans (what int8 must not change on these runs)."""
-    if isinstance(records, dict):
-        return {k: _labels(v) for k, v in records.items() if not isinstance(v, float)}
-    if isinstance(records, list):
-        return [_labels(r) for r in records if not isinstance(r, float)]
-    return records
 
 
 @pytest.mark.parametrize("task", ["classification", "ner"])
@@ -59,7 +47,7 @@ def test_static_int8_run_loads_with_no_flag_and_predicts_the_fp32_labels(task_ru
         "path": str(dest / runtime["file"]),
     }
     fp32 = Predictor.load(run.model_dir, backend="torch", precision="fp32")
-    assert _labels(predictor(run.records)) == _labels(fp32(run.records))
+    assert labels(predictor(run.records)) == labels(fp32(run.records))
     report = read_json(dest / "quantization_report.json")
     assert report["metric"]["name"] and report["metrics"]["fp32"] and report["metrics"]["int8"]
     assert report["quantization"]["calibration"]["validation_inputs"] > 0
@@ -72,24 +60,8 @@ def test_static_int8_run_loads_with_no_flag_and_predicts_the_fp32_labels(task_ru
 
 def test_tight_max_metric_loss_keeps_the_most_sensitive_layers_in_fp32(task_runs, tmp_path):
     run = task_runs["pair"]
-    report = quantize_run(
-        run.model_dir,
-        tmp_path / "int8",
-        backend="onnx",
-        method="static",
-        validation_file=str(run.train_file),
-        eval_flags=STS_COLUMNS,
-        max_metric_loss=0.0,  # any loss at all: layers go to fp32 until none is left or none is lost
-        repeats=1,
-        calibration_samples=8,
-    )
-    steps = report["guardrail"]["steps"]
-    excluded = report["runtime"]["excluded_layers"]
-    assert excluded, "a zero tolerance kept no layer in fp32"
-    order = [row["layer"] for row in report["guardrail"]["sensitivity"] if row["layer"] >= 0]
-    assert excluded == sorted(order[: len(excluded)])  # the most sensitive first, one per step
-    assert [s["excluded_layers"] for s in steps] == [sorted(order[:i]) for i in range(len(steps))]
-    assert report["metric"] == {k: v for k, v in steps[-1].items() if k != "excluded_layers"}
+    report = quantize_with_zero_tolerance(run, tmp_path / "int8", "onnx")
+    excluded = assert_guardrail_order(report)
     settings = read_json(tmp_path / "int8" / "encoder_tasks.json")["settings"]
     assert settings["runtime"]["excluded_layers"] == excluded
     readme = (tmp_path / "int8" / "README.md").read_text()

@@ -9,6 +9,7 @@ layout back, and any plain encoder too.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,16 +94,15 @@ class BiEncoder(EncoderWithHead):
 
     @classmethod
     def from_settings(cls, encoder, settings: EmbeddingSettings) -> BiEncoder:
-        """The head the settings describe, on ``encoder``, carrying those settings."""
-        model = cls(
-            encoder,
-            pooling=settings.pooling,
-            normalize=settings.normalize,
-            loss=settings.loss,
-            temperature=settings.temperature,
-            symmetric=settings.symmetric,
-            gather_across_devices=settings.gather_across_devices,
-        )
+        """The head the settings describe, on ``encoder``, carrying those settings.
+
+        Every constructor argument after ``encoder`` is the settings field of the same name, in
+        this class and its subclasses (:class:`~.sparse.SparseEncoder`), so one reader serves all.
+        """
+        names = [
+            name for name in inspect.signature(cls.__init__).parameters if name not in ("self", "encoder")
+        ]
+        model = cls(encoder, **{name: getattr(settings, name) for name in names})
         model.settings = settings
         return model
 
@@ -127,13 +127,16 @@ class BiEncoder(EncoderWithHead):
         if anchor is None:
             return EmbeddingOutput(embeddings=self.embed(input_ids, attention_mask, token_type_ids))
         anchors, positives, *rest = self.embed_groups([anchor, positive, *(negatives or [])])
+        return EmbeddingOutput(loss=self.pair_loss(anchors, positives, rest, labels), embeddings=anchors)
+
+    def pair_loss(self, anchors, positives, negatives: list[torch.Tensor], labels=None) -> torch.Tensor:
+        """The training loss of embedded anchors and positives: on the pairs' scores (``labels``)
+        for a scored loss, else on the in-batch and explicit ``negatives``."""
         if self.loss_name in SCORED_LOSSES:
             if labels is None:
                 raise UserError(f"--loss {self.loss_name} needs a score per pair (--score_column)")
-            loss = self.loss_fn(anchors, positives, labels)
-        else:
-            loss = self.loss_fn(anchors, positives, rest)
-        return EmbeddingOutput(loss=loss, embeddings=anchors)
+            return self.loss_fn(anchors, positives, labels)
+        return self.loss_fn(anchors, positives, negatives)
 
     def embed_groups(self, groups: list[dict]) -> list[torch.Tensor]:
         """Embeddings of several groups of texts (anchors, positives, negatives) in one encoder
@@ -225,11 +228,49 @@ def encode_texts(
         >>> encode_texts(model, make_tiny_tokenizer(), ["the cat", "a dog sat"], batch_size=1).shape
         (2, 32)
     """
-    from ...predict import run_batches
-
     texts = list(texts)
     if not texts:
         return np.zeros((0, model.config.hidden_size), dtype=np.float32)
+    rows = encode_rows(
+        model,
+        tokenizer,
+        texts,
+        lambda output, _: output.embeddings.float().cpu().numpy(),
+        batch_size=batch_size,
+        max_length=max_length,
+        precision=precision,
+        disable_tqdm=disable_tqdm,
+    )
+    return np.stack(rows).astype(np.float32, copy=False)
+
+
+def encode_rows(
+    model: BiEncoder,
+    tokenizer,
+    texts: list[str],
+    read,
+    *,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    precision: str = "fp32",
+    disable_tqdm: bool | None = None,
+    runner=None,
+) -> list:
+    """``read(output, batch)``'s rows for ``texts``, in input order: the texts tokenised once (at
+    ``max_length``, default the model's saved one) and run in length-sorted batches by ``runner``
+    (default ``model``) in eval mode, under ``precision``. The dense and the sparse encoders'
+    shared loop (:func:`encode_texts`, :func:`.sparse.encode_sparse`).
+
+    Example:
+        >>> from encoder_tasks.testing import make_tiny_model, make_tiny_tokenizer
+        >>> from encoder_tasks.backbone import load_encoder
+        >>> model = BiEncoder(load_encoder(make_tiny_model("bert")))
+        >>> norms = lambda output, _: output.embeddings.norm(dim=-1).tolist()
+        >>> [round(n, 4) for n in encode_rows(model, make_tiny_tokenizer(), ["the cat", "a dog sat"], norms)]
+        [1.0, 1.0]
+    """
+    from ...predict import run_batches
+
     settings = model.settings
     max_length = max_length or (settings and settings.max_length) or min(tokenizer.model_max_length, 512)
     encoded = tokenizer(texts, truncation=True, max_length=max_length)
@@ -238,14 +279,14 @@ def encode_texts(
     was_training = model.training
     model.eval()
     rows = run_batches(
-        model,
+        runner if runner is not None else model,
         features,
         lambda batch: tokenizer.pad(batch, return_tensors="pt"),
         batch_size,
         precision,
-        read=lambda output, _: output.embeddings.float().cpu().numpy(),
+        read=read,
         desc="encoding",
         disable_tqdm=disable_tqdm,
     )
     model.train(was_training)
-    return np.stack(rows).astype(np.float32, copy=False)
+    return rows

@@ -37,8 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...errors import UserError
-from .args import SCORED_LOSSES, SPARSE_REGULARIZERS, EmbeddingSettings
-from .model import BiEncoder, EmbeddingOutput
+from .args import SPARSE_REGULARIZERS
+from .model import BiEncoder, EmbeddingOutput, encode_rows
 
 #: Each token's output bias starts this many (estimated) standard deviations of its logit below zero.
 INITIAL_BIAS_SIGMAS = 4.0
@@ -162,33 +162,12 @@ class SparseEncoder(BiEncoder):
         self.inference_free_queries = inference_free_queries
         #: The query side's weight per token (inference-free queries only; 1 at the start).
         self.query_weights = nn.Parameter(torch.ones(config.vocab_size)) if inference_free_queries else None
-        self.settings = EmbeddingSettings(
+        self.settings = self.settings.replace(
             model_type="sparse",
-            loss=self.loss_name,
-            temperature=temperature,
-            symmetric=symmetric,
-            gather_across_devices=gather_across_devices,
-            normalize=normalize,
             sparse_regularizer=sparse_regularizer,
             sparse_weight=sparse_weight,
             inference_free_queries=inference_free_queries,
         )
-
-    @classmethod
-    def from_settings(cls, encoder, settings: EmbeddingSettings) -> SparseEncoder:
-        model = cls(
-            encoder,
-            loss=settings.loss,
-            temperature=settings.temperature,
-            symmetric=settings.symmetric,
-            gather_across_devices=settings.gather_across_devices,
-            normalize=settings.normalize,
-            sparse_regularizer=settings.sparse_regularizer,
-            sparse_weight=settings.sparse_weight,
-            inference_free_queries=settings.inference_free_queries,
-        )
-        model.settings = settings
-        return model
 
     def raw(self, input_ids=None, attention_mask=None, token_type_ids=None) -> torch.Tensor:
         """Un-normalised SPLADE vectors ``[batch, vocab]`` (what the regulariser sees)."""
@@ -233,12 +212,7 @@ class SparseEncoder(BiEncoder):
             return EmbeddingOutput(embeddings=self._out(side(input_ids, attention_mask, token_type_ids)))
         raw = [self.raw_queries(**anchor), self.raw(**positive), *(self.raw(**n) for n in negatives or [])]
         vectors = [self._out(v) for v in raw]
-        if self.loss_name in SCORED_LOSSES:
-            if labels is None:
-                raise UserError(f"--loss {self.loss_name} needs a score per pair (--score_column)")
-            loss = self.loss_fn(vectors[0], vectors[1], labels)
-        else:
-            loss = self.loss_fn(vectors[0], vectors[1], vectors[2:])
+        loss = self.pair_loss(vectors[0], vectors[1], vectors[2:], labels)
         if self.sparse_weight:
             loss = loss + self.sparse_weight * sum(self.regularizer(v) for v in raw)
         return EmbeddingOutput(loss=loss, embeddings=vectors[0])
@@ -458,31 +432,20 @@ def encode_sparse(
         >>> len(ids) == len(weights)  # an untrained head starts sparse: few or no non-zeros
         True
     """
-    from ...predict import run_batches
-
     texts = list(texts)
     if not isinstance(model, SparseEncoder):
         raise UserError(f"{type(model).__name__} is a dense model; sparse vectors need --model_type sparse")
-    settings = model.settings
-    max_length = max_length or (settings and settings.max_length) or min(tokenizer.model_max_length, 512)
-    encoded = tokenizer(texts, truncation=True, max_length=max_length)
-    keys = [k for k in ("input_ids", "attention_mask") if k in encoded]
-    features = [{k: encoded[k][i] for k in keys} for i in range(len(texts))]
-    was_training = model.training
-    model.eval()
-    runner = _QuerySide(model) if queries else model
-    rows = run_batches(
-        runner,
-        features,
-        lambda batch: tokenizer.pad(batch, return_tensors="pt"),
-        batch_size,
-        precision,
-        read=lambda output, _: to_sparse(output.embeddings),
-        desc="encoding",
+    return encode_rows(
+        model,
+        tokenizer,
+        texts,
+        lambda output, _: to_sparse(output.embeddings),
+        batch_size=batch_size,
+        max_length=max_length,
+        precision=precision,
         disable_tqdm=disable_tqdm,
+        runner=_QuerySide(model) if queries else None,
     )
-    model.train(was_training)
-    return rows
 
 
 def is_sparse(model) -> bool:
