@@ -64,6 +64,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from benchmarks.common import DATA, MINILM, RESULTS, print_table, require_data, worker_env
@@ -378,33 +379,30 @@ SHED_PAUSE = 0.1  # seconds a shed client waits before it sends again, without a
 
 
 async def run_statuses(
-    client, url: str, bodies: list[bytes], concurrency: int, max_requests: int, max_seconds: float
+    url: str, bodies: list[bytes], concurrency: int, max_requests: int, max_seconds: float
 ) -> dict:
-    """Like :func:`run_load`, but every answer counts: latencies by status (200, 429, 503...)."""
-    import httpx
+    """Like :func:`run_load`, but every answer counts: latencies by status (200, 429, 503...). The
+    client is :mod:`benchmarks.loadgen` (keep-alive sockets, pre-rendered bodies): at concurrency
+    128 on 2 cores, httpx's own CPU delayed reading answers by hundreds of milliseconds, which
+    showed as the server's latency. A shed client waits as ``Retry-After`` asks."""
+    from urllib.parse import urlsplit
 
-    sent, by_status, failures = 0, collections.defaultdict(list), collections.Counter()
-    headers = {"content-type": "application/json"}
-    started = time.perf_counter()
-    deadline = started + max_seconds
+    from benchmarks.loadgen import closed_loop
 
-    async def worker():
-        nonlocal sent
-        while sent < max_requests and time.perf_counter() < deadline:
-            index = sent % len(bodies)
-            sent += 1
-            begin = time.perf_counter()
-            try:
-                response = await client.post(url, content=bodies[index], headers=headers)
-            except httpx.HTTPError as exc:
-                failures[type(exc).__name__] += 1
-                continue
-            by_status[response.status_code].append(time.perf_counter() - begin)
-            if response.status_code == 429:  # a polite client: it waits as Retry-After asks
-                await asyncio.sleep(float(response.headers.get("retry-after", SHED_PAUSE)))
+    def pause(answer) -> float:
+        return float(answer.headers.get("retry-after", SHED_PAUSE)) if answer.status == 429 else 0.0
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    seconds = time.perf_counter() - started
+    parts = urlsplit(url)
+    run = await closed_loop(
+        parts.hostname,
+        parts.port,
+        parts.path,
+        lambda number: bodies[number % len(bodies)],
+        concurrency,
+        max_requests,
+        max_seconds,
+        pause=pause,
+    )
 
     def latency(values: list[float]) -> dict:
         return {
@@ -412,16 +410,18 @@ async def run_statuses(
             "max": _ms(max(values, default=None)),
         }
 
-    everything = [v for values in by_status.values() for v in values]
+    everything = [v for values in run.by_status.values() for v in values]
+    seconds = run.seconds
     return {
         "concurrency": concurrency,
-        "sent": sent,
+        "sent": run.sent,
         "seconds": seconds,
-        "answers": {str(code): len(values) for code, values in sorted(by_status.items())},
-        "transport_failures": dict(failures),
-        "admitted_per_s": len(by_status.get(200, [])) / seconds if seconds else None,
-        "latency_ms": {str(code): latency(values) for code, values in sorted(by_status.items())},
+        "answers": {code: len(values) for code, values in sorted(run.by_status.items())},
+        "transport_failures": dict(run.failures),
+        "admitted_per_s": len(run.by_status.get("200", [])) / seconds if seconds else None,
+        "latency_ms": {code: latency(values) for code, values in sorted(run.by_status.items())},
         "slowest_answer_ms": _ms(max(everything, default=None)),
+        "client_cpu_seconds": round(run.client_cpu_seconds, 2),
     }
 
 
@@ -435,32 +435,28 @@ def _server_counts(text: str) -> dict:
     return dict(found)
 
 
-async def bench_overload(url: str, texts: list[str], args) -> dict:
-    import httpx
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return answer.read().decode()
 
+
+async def bench_overload(url: str, texts: list[str], args) -> dict:
     size = args.overload_inputs
     bodies = [
         json.dumps({"inputs": [{"text": t} for t in texts[i : i + size]]}).encode()
         for i in range(0, len(texts) - size + 1, size)
     ]
     route = f"{url}/v1/models/{NAME}/predict"
-    limits = httpx.Limits(
-        max_connections=args.overload_concurrency + 8, max_keepalive_connections=args.overload_concurrency + 8
+    await run_statuses(route, bodies, 4, 8, 60)  # warm up
+    print("[serve] overload: unloaded (concurrency 1) ...", flush=True)
+    unloaded = await run_statuses(route, bodies, 1, args.overload_baseline, args.max_seconds)
+    before = await asyncio.to_thread(_get, f"{url}/metrics")
+    print(
+        f"[serve] overload: concurrency {args.overload_concurrency}, {args.overload_seconds:g} s ...",
+        flush=True,
     )
-    timeout = httpx.Timeout(args.request_timeout + 30)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
-        await run_statuses(client, route, bodies, 4, 8, 60)  # warm up
-        print("[serve] overload: unloaded (concurrency 1) ...", flush=True)
-        unloaded = await run_statuses(client, route, bodies, 1, args.overload_baseline, args.max_seconds)
-        before = (await client.get(f"{url}/metrics")).text
-        print(
-            f"[serve] overload: concurrency {args.overload_concurrency}, {args.overload_seconds:g} s ...",
-            flush=True,
-        )
-        loaded = await run_statuses(
-            client, route, bodies, args.overload_concurrency, 10**9, args.overload_seconds
-        )
-        after = (await client.get(f"{url}/metrics")).text
+    loaded = await run_statuses(route, bodies, args.overload_concurrency, 10**9, args.overload_seconds)
+    after = await asyncio.to_thread(_get, f"{url}/metrics")
     counts_before, counts_after = _server_counts(before), _server_counts(after)
     server = {k: counts_after.get(k, 0) - counts_before.get(k, 0) for k in counts_after}
     base_p99 = (unloaded["latency_ms"].get("200") or {}).get("p99")
@@ -682,7 +678,7 @@ def parse_args(argv: list[str] | None):
     )
     parser.add_argument("--overload_request_timeout", type=float, default=30.0)
     parser.add_argument(
-        "--overload_flags", default="--max_queue 4", help="`encoder-tasks serve` flags of the overload run"
+        "--overload_flags", default="--max_queue_wait_ms 20", help="`encoder-tasks serve` flags of the overload run"
     )
     parser.add_argument("--note", default="", help="a note kept in the result file (e.g. a shared machine)")
     args = parser.parse_args(argv)

@@ -41,6 +41,7 @@ class ProtocolError(Exception):
 class Answer:
     status: int
     body: bytes
+    headers: dict[str, str] = field(default_factory=dict)  # names lower-cased
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Run:
     client_cpu_seconds: float = 0.0
     statuses: dict[str, int] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
+    #: status -> seconds to each answer with it
+    by_status: dict[str, list[float]] = field(default_factory=dict)
     #: request number -> seconds to its answer, for the 200 answers
     latencies: dict[int, float] = field(default_factory=dict)
     #: request number -> the answer's body, for the 200 answers ``keep_body`` chose
@@ -103,7 +106,7 @@ class Connection:
         else:
             raise ProtocolError("an answer with neither Content-Length nor chunked encoding")
         keep = headers.get("connection", "").lower() != "close" and parts[0] != "HTTP/1.0"
-        return Answer(int(parts[1]), body), keep
+        return Answer(int(parts[1]), body, headers), keep
 
     def close(self) -> None:
         if self._writer is not None:
@@ -133,10 +136,12 @@ async def closed_loop(
     keep_body: Callable[[int], bool] = lambda number: False,
     headers: bytes = b"",
     timeout: float = 60.0,
+    pause: Callable[[Answer], float] | None = None,
 ) -> Run:
     """``concurrency`` clients, each on its own connection, each sending request ``n``
-    (``body_of(n)``) as soon as its last was answered, until ``requests`` are sent or
-    ``max_seconds`` pass. Latencies are kept for 200 answers; bodies where ``keep_body(n)``.
+    (``body_of(n)``) as soon as its last was answered (or ``pause(answer)`` seconds after: a
+    polite client honouring ``Retry-After``), until ``requests`` are sent or ``max_seconds``
+    pass. Latencies are kept by status; bodies of 200 answers where ``keep_body(n)``.
     A request the transport failed (refused, reset, timed out) is counted by exception name."""
     run = Run(concurrency)
     deadline = time.monotonic() + max_seconds
@@ -155,12 +160,17 @@ async def closed_loop(
                     name = type(exc).__name__
                     run.failures[name] = run.failures.get(name, 0) + 1
                     continue
+                seconds = time.perf_counter() - start
                 status = str(answer.status)
                 run.statuses[status] = run.statuses.get(status, 0) + 1
+                run.by_status.setdefault(status, []).append(seconds)
                 if answer.status == 200:
-                    run.latencies[number] = time.perf_counter() - start
+                    run.latencies[number] = seconds
                     if keep_body(number):
                         run.bodies[number] = answer.body
+                wait = pause(answer) if pause is not None else 0.0
+                if wait > 0:
+                    await asyncio.sleep(wait)
         finally:
             connection.close()
 

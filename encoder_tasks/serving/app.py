@@ -53,6 +53,7 @@ class ServeOptions:
     max_chars_per_input: int = 20000
     max_request_tokens: int = 65536
     max_queue: int = 64
+    max_queue_wait_ms: float | None = None  # None: --request_timeout (a request that would time out)
     max_top_k: int = 100
     request_timeout: float = 30.0
     precision: str = "auto"
@@ -95,6 +96,8 @@ class ServeOptions:
         ):
             if getattr(self, name) < least:
                 raise UserError(f"--{name} must be at least {least}, found {getattr(self, name)}")
+        if self.max_queue_wait_ms is not None and not self.max_queue_wait_ms >= 0:  # NaN too
+            raise UserError(f"--max_queue_wait_ms must be at least 0, found {self.max_queue_wait_ms}")
         for name in ("request_timeout", "header_timeout", "body_timeout", "keep_alive_timeout"):
             if not getattr(self, name) > 0:  # NaN too
                 raise UserError(f"--{name} must be above 0 seconds, found {getattr(self, name)}")

@@ -19,8 +19,12 @@ the budget runs alone, in slices of inputs within the budget. Before every forwa
 checks that somebody still waits for the batch (:data:`encoder_tasks.predict.BEFORE_FORWARD`): a
 request that timed out or whose client left stops computing at the next pass, not minutes later.
 
-Admission: at most ``max_queue`` requests wait per model; one more gets a 429 with ``Retry-After``
-at once (:meth:`Batcher.admit`), not a 503 after the timeout. A request answered elsewhere (timed
+Admission: at most ``max_queue`` requests wait per model, and (``max_queue_wait_ms``) the work
+ahead of a new request, the running batch's rest and the queued tokens at the measured seconds per
+token, must fit in that wait; one more gets a 429 with ``Retry-After`` at once
+(:meth:`Batcher.admit`), not a 503 after the timeout. The wait budget is what keeps admitted
+requests at their normal latency under overload: a count of requests says nothing of how long
+they take. A request answered elsewhere (timed
 out, client gone) leaves the queue and its gauge at once. An exception in a batch fails that
 batch's requests only (a task's :class:`~encoder_tasks.errors.UserError` is the client's 400, any
 other is a 500 logged with its traceback).
@@ -110,10 +114,14 @@ class Batcher:
         max_wait_ms: float,
         metrics,
         max_queue: int | None = None,
+        max_queue_wait_ms: float | None = None,
     ):
         self.name, self.predict, self._metrics = name, predict, metrics
         self.max_batch_tokens, self.max_wait = max_batch_tokens, max_wait_ms / 1000.0
         self.max_queue = max_queue
+        self.max_queue_wait = None if max_queue_wait_ms is None else max_queue_wait_ms / 1000.0
+        self._seconds_per_token = 0.0  # a moving average over batches; 0 until one has run
+        self._running_tokens, self._running_since = 0, 0.0
         self._queue: list[Job] = []
         self._cond = threading.Condition()
         self._stopping = False
@@ -151,8 +159,30 @@ class Batcher:
         per_request = self._batch_seconds / max(self._last_batch_requests, 1)
         return max(1, min(60, math.ceil(per_request * depth)))
 
+    def estimated_wait(self) -> float:
+        """Seconds before a request queued now would start: the running batch's rest and every
+        queued token, at the seconds per token the last batches took (0 before any has run)."""
+        with self._cond:
+            queued = sum(job.tokens for job in self._queue if not job.future.done())
+            running, since = self._running_tokens, self._running_since
+        per_token = self._seconds_per_token
+        rest = max(0.0, running * per_token - (time.monotonic() - since)) if running else 0.0
+        return queued * per_token + rest
+
     def admit(self) -> None:
-        """Raise ApiError 429 (with ``Retry-After``) when ``max_queue`` requests already wait."""
+        """Raise ApiError 429 (with ``Retry-After``) when ``max_queue`` requests already wait, or
+        the work ahead would take longer than ``max_queue_wait_ms``."""
+        if self.max_queue_wait is not None and self._seconds_per_token:
+            wait = self.estimated_wait()
+            if wait > self.max_queue_wait:
+                self._metrics.shed.inc(model=self.name)
+                raise ApiError(
+                    429,
+                    f"model {self.name!r}: the work ahead would take about {wait * 1000:.0f} ms "
+                    f"(--max_queue_wait_ms {self.max_queue_wait * 1000:g}); try again shortly",
+                    kind="overloaded",
+                    headers={"Retry-After": str(max(1, math.ceil(wait)))},
+                )
         if self.max_queue is None:
             return
         with self._cond:
@@ -295,8 +325,10 @@ class Batcher:
         self._metrics.batch_inputs.observe(sum(len(job.inputs) for job in batch), **labels)
         self._metrics.batch_requests.observe(len(batch), **labels)
         self._metrics.batch_tokens.observe(sum(job.tokens for job in batch), **labels)
-        self._running = batch
+        tokens = sum(job.tokens for job in batch)
         start = time.monotonic()
+        with self._cond:
+            self._running, self._running_tokens, self._running_since = batch, tokens, start
         try:
             results: list[dict[str, Any]] = []
             for inputs in self._slices(batch):
@@ -323,10 +355,15 @@ class Batcher:
             self._resolve(batch, error=ApiError(500, message, kind="server_error"))
             return
         finally:
-            self._running = []
+            with self._cond:
+                self._running, self._running_tokens = [], 0
             elapsed = time.monotonic() - start
             self._batch_seconds = (
                 elapsed if not self._batch_seconds else 0.8 * self._batch_seconds + 0.2 * elapsed
+            )
+            per_token = elapsed / max(tokens, 1)
+            self._seconds_per_token = (
+                per_token if not self._seconds_per_token else 0.8 * self._seconds_per_token + 0.2 * per_token
             )
         self._resolve(batch, results)
 

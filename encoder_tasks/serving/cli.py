@@ -85,6 +85,10 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+#: Flags without a default whose value is a number.
+NUMBER_FLAGS = {"max_queue_wait_ms": float}
+
+
 def main(argv: list[str]) -> int:
     """``encoder-tasks serve RUN_DIR [NAME=RUN_DIR ...] [--host H] [--port P] [...]``."""
     from ..config import ArgumentParser
@@ -110,6 +114,9 @@ def main(argv: list[str]) -> int:
         "(more: 413).",
         "max_top_k": "Highest top_k (candidates per answer) a request may ask for (more: 400).",
         "max_queue": "Most requests waiting per model; one more is refused at once with 429 and Retry-After.",
+        "max_queue_wait_ms": "Longest the work ahead of a new request may take (the running batch's rest "
+        "and the queued tokens, at the measured speed); more is refused at once with 429. Unset: "
+        "--request_timeout. Lower keeps admitted requests near their unloaded latency under overload.",
         "request_timeout": "Seconds a request may wait for its answer (then 503).",
         "precision": "auto, fp32 or bf16, as predict's --precision.",
         "drain_timeout": "Seconds SIGTERM waits for requests in flight before exiting.",
@@ -135,7 +142,7 @@ def main(argv: list[str]) -> int:
         kwargs = {"choices": choices[option.name]} if option.name in choices else {}
         parser.add_argument(
             f"--{option.name}",
-            type=str if default is None else type(default),
+            type=NUMBER_FLAGS.get(option.name, str) if default is None else type(default),
             default=default,
             help=f"{helps[option.name]} (default {default})",
             **kwargs,

@@ -96,6 +96,13 @@ class ServedModel:
             options.max_wait_ms,
             self.metrics,
             max_queue=options.max_queue,
+            # Unset: a request whose wait alone would pass --request_timeout is refused at once
+            # (429) instead of answered 503 when that time is up.
+            max_queue_wait_ms=(
+                options.request_timeout * 1000
+                if options.max_queue_wait_ms is None
+                else options.max_queue_wait_ms
+            ),
         )
         self.batcher.start()
         self.predictor = predictor

@@ -182,3 +182,45 @@ def test_stop_answers_what_is_queued_then_refuses_new_requests():
         return await first, await queued, await stopping
 
     assert asyncio.run(scenario()) == ([{"text": "first"}], [{"text": "queued"}], True)
+
+
+def test_the_wait_budget_sheds_by_the_work_ahead_not_by_the_count():
+    # A batch of 100 tokens took ~0.2 s: 2 ms a token. Behind a running 100-token batch, a queued
+    # 10-token request (~20 ms of work) fits in a 1 s budget; 1,000 queued tokens (~2 s) do not.
+    model = GatedModel()
+    metrics = ServerMetrics()
+    batcher = Batcher("m", model, 8192, 0.0, metrics, max_queue=100, max_queue_wait_ms=1000)
+    batcher.start()
+
+    async def scenario():
+        model.gate.clear()
+        timer = threading.Timer(0.2, model.gate.set)
+        timer.start()
+        assert await batcher.submit([{"text": "warm"}], {}, tokens=100) == [{"text": "warm"}]
+        per_token = batcher._seconds_per_token
+        assert 0.0015 < per_token < 0.05  # measured: ~0.2 s over 100 tokens (a loaded machine: more)
+        model.gate.clear()
+        running = batcher.submit([{"text": "running"}], {}, tokens=100)
+        await asyncio.to_thread(model.entered.wait, 10)
+        small = batcher.submit([{"text": "small"}], {}, tokens=10)
+        assert batcher.estimated_wait() <= (100 + 10) * per_token
+        big = batcher.submit([{"text": "big"}], {}, tokens=int(1.0 / per_token) + 50)
+        with pytest.raises(ApiError) as refused:
+            batcher.submit([{"text": "one more"}], {}, tokens=1)
+        model.gate.set()
+        return refused.value, await asyncio.gather(running, small, big)
+
+    model.entered.clear()
+    error, answers = asyncio.run(scenario())
+    assert error.status == 429 and "--max_queue_wait_ms 1000" in error.message
+    assert int(error.headers["Retry-After"]) >= 1
+    assert answers == [[{"text": "running"}], [{"text": "small"}], [{"text": "big"}]]
+    assert batcher.stop(timeout=5)
+    shed = parse_metrics(metrics.render())
+    assert any(name == "encoder_tasks_requests_shed_total" and value == 1 for (name, _), value in shed.items())
+
+
+def test_no_wait_budget_before_the_first_batch_has_run():
+    batcher = Batcher("m", GatedModel(), 8192, 0.0, ServerMetrics(), max_queue_wait_ms=0)
+    assert batcher.estimated_wait() == 0.0
+    batcher.admit()  # no speed measured yet: nothing to estimate with, nothing refused
