@@ -174,12 +174,28 @@ CONTENDERS = [
         {"flags": ["--http", "h11"]},
     ),
     Contender(
+        "serve-toolkit-workers2",
+        "serving",
+        "main",
+        "serve",
+        "`encoder-tasks serve --model_workers 2` (two batches in flight, the cores split between them)",
+        {"flags": ["--model_workers", "2"]},
+    ),
+    Contender(
         "serve-toolkit-int8",
         "serving",
         "main",
         "serve",
         "`encoder-tasks serve` of the `quantize` int8 copy at its defaults (the toolkit-int8 row's)",
         {"quantized": "toolkit-int8"},
+    ),
+    Contender(
+        "serve-toolkit-int8-workers2",
+        "serving",
+        "main",
+        "serve",
+        "the int8 copy, `--model_workers 2`",
+        {"quantized": "toolkit-int8", "flags": ["--model_workers", "2"]},
     ),
     Contender(
         "serve-infinity-torch",
@@ -280,8 +296,10 @@ def select(only: str | None, skip: str | None = None) -> list[Contender]:
     """The contenders ``--only`` / ``--skip`` name (contender names or group names), in run order.
 
     Example:
-        >>> [c.name for c in select("ort-fp32,serving", "serve-toolkit-h11,serve-infinity-optimum")]
-        ['ort-fp32', 'serve-toolkit', 'serve-toolkit-int8', 'serve-infinity-torch', 'serve-infinity-optimum-int8']
+        >>> [c.name for c in select("ort-fp32,serve-toolkit,serve-infinity-torch")]
+        ['ort-fp32', 'serve-toolkit', 'serve-infinity-torch']
+        >>> [c.name for c in select("serving", "serve-toolkit,serve-toolkit-h11,serve-infinity-optimum")][:3]
+        ['serve-toolkit-workers2', 'serve-toolkit-int8', 'serve-toolkit-int8-workers2']
     """
 
     def names(text: str | None, flag: str) -> set[str]:

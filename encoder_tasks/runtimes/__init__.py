@@ -275,6 +275,27 @@ def swap_encoder(model: nn.Module, runtime: EncoderRuntime) -> None:
     model.cpu()
 
 
+def share_between(model: nn.Module, callers: int) -> str:
+    """Set ``model``'s encoder up for ``callers`` threads running batches at once: a runtime's
+    :meth:`~encoder_tasks.runtimes.base.EncoderRuntime.for_callers`, or torch's intra-op threads
+    cut to the cores' share (torch's thread count is the process's). Returns what it did.
+
+    Example:
+        >>> share_between(torch.nn.Linear(2, 2), 1)
+        'torch: 1 batch at a time'
+    """
+    encoder = getattr(model, "encoder", None)
+    backend = encoder.backend if isinstance(encoder, EncoderRuntime) else "torch"
+    if callers <= 1:
+        return f"{backend}: 1 batch at a time"
+    if isinstance(encoder, EncoderRuntime):
+        swap_encoder(model, encoder.for_callers(callers))
+        return f"{backend}: {callers} batches at once ({model.encoder.extra_repr()})"
+    threads = max(1, (os.cpu_count() or 1) // callers)
+    torch.set_num_threads(threads)
+    return f"torch: {callers} batches at once, {threads} intra-op threads each"
+
+
 def apply_backend(
     model: nn.Module,
     backend: str = "auto",

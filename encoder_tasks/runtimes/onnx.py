@@ -187,6 +187,15 @@ class OnnxEncoder(EncoderRuntime):
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return self.session.run(["last_hidden_state"], feeds)[0]
 
+    def for_callers(self, callers: int) -> OnnxEncoder:
+        """A session whose intra-op threads are the cores' share of one of ``callers`` (``run``
+        is thread safe; two sessions' thread pools on the same cores would fight for them)."""
+        if callers <= 1:
+            return self
+        runtime = OnnxEncoder(_session(self.path, max(1, _cores() // callers)), self.config, self.path)
+        runtime.precision = self.precision
+        return runtime
+
     def __getstate__(self):  # an InferenceSession does not pickle: rebuild it from the file
         state = self.__dict__.copy()
         state["session"] = None

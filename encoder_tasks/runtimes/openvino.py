@@ -307,6 +307,24 @@ class OpenVINOEncoder(EncoderRuntime):
         finally:
             self._requests.put(request)
 
+    def for_callers(self, callers: int) -> OpenVINOEncoder:
+        """Compiled again with ``callers`` streams (the THROUGHPUT hint: the cores split between
+        requests in flight); under the LATENCY hint a second request waits for the first."""
+        if callers <= 1:
+            return self
+        settings = self.settings
+        runtime = load(
+            self.path,
+            self.config,
+            settings.get("threads"),
+            hint="THROUGHPUT",
+            precision=settings.get("inference_precision", "f32"),
+            pinning=settings.get("pinning", DEFAULT_PINNING),
+            streams=callers,
+        )
+        runtime.precision = self.precision
+        return runtime
+
     def extra_repr(self) -> str:
         return f"path={str(self.path)!r}, " + ", ".join(f"{k}={v!r}" for k, v in self.settings.items())
 
@@ -319,6 +337,7 @@ def load(
     hint: str = DEFAULT_HINT,
     precision: str = "f32",
     pinning: bool | None = DEFAULT_PINNING,
+    streams: int | None = None,
 ) -> OpenVINOEncoder:
     """Compile an export (its folder or ``encoder.xml``) for the CPU; ``config``: the encoder's.
 
@@ -327,7 +346,8 @@ def load(
     for requests in flight at once); ``precision`` the inference precision of what is not int8
     (``f32``, or ``bf16`` where the CPU has it: no longer equal to torch, and not always
     faster); ``pinning`` sets ``ENABLE_CPU_PINNING`` (default off, see :data:`DEFAULT_PINNING`;
-    None: OpenVINO's choice, pinned on Linux).
+    None: OpenVINO's choice, pinned on Linux); ``streams`` sets ``NUM_STREAMS`` (requests
+    computed at once; None: the hint's choice).
 
     Example:
         >>> load("missing-folder", config=None)
@@ -348,6 +368,8 @@ def load(
         properties["INFERENCE_NUM_THREADS"] = threads
     if pinning is not None:
         properties["ENABLE_CPU_PINNING"] = bool(pinning)
+    if streams is not None:
+        properties["NUM_STREAMS"] = int(streams)
     compiled = ov.Core().compile_model(str(xml), "CPU", properties)
     info = read_info(xml.parent) or {}
     settings = {
@@ -356,6 +378,7 @@ def load(
         "hint": hint,
         "threads": threads,
         "pinning": pinning,
+        **({"streams": streams} if streams is not None else {}),
     }
     return OpenVINOEncoder(compiled, config, xml, settings)
 

@@ -49,6 +49,7 @@ class ServeOptions:
     max_batch_tokens: int = 8192
     max_wait_ms: float = 5.0
     batch_size: int = 64
+    model_workers: int = 1
     max_inputs_per_request: int = 2048  # OpenAI's own limit: its clients send up to that many
     max_chars_per_input: int = 20000
     max_request_tokens: int = 65536
@@ -86,6 +87,7 @@ class ServeOptions:
             ("max_batch_tokens", 1),
             ("max_wait_ms", 0),
             ("batch_size", 1),
+            ("model_workers", 1),
             ("max_inputs_per_request", 1),
             ("max_chars_per_input", 1),
             ("max_request_tokens", 1),

@@ -104,40 +104,61 @@ def _settle_all(answers: list[tuple[asyncio.Future, Any, BaseException | None]])
 
 
 class Batcher:
-    """The queue and worker thread of one model; see the module docstring."""
+    """The queue and worker thread(s) of one model; see the module docstring. ``predict``: one
+    function, or one per worker thread (``serve --model_workers N``: N batches in flight at once,
+    each worker with its own tokenizer, which a second thread must not share)."""
 
     def __init__(
         self,
         name: str,
-        predict: Predict,
+        predict: Predict | list[Predict],
         max_batch_tokens: int,
         max_wait_ms: float,
         metrics,
         max_queue: int | None = None,
         max_queue_wait_ms: float | None = None,
     ):
-        self.name, self.predict, self._metrics = name, predict, metrics
+        self.name, self._metrics = name, metrics
+        self._predicts = list(predict) if isinstance(predict, list | tuple) else [predict]
         self.max_batch_tokens, self.max_wait = max_batch_tokens, max_wait_ms / 1000.0
         self.max_queue = max_queue
         self.max_queue_wait = None if max_queue_wait_ms is None else max_queue_wait_ms / 1000.0
         self._seconds_per_token = 0.0  # a moving average over batches; 0 until one has run
-        self._running_tokens, self._running_since = 0, 0.0
+        self._running_tokens: dict[int, tuple[int, float]] = {}  # worker -> (tokens, since)
         self._queue: list[Job] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._abandon = False  # set when the drain time is over: the running batch stops too
-        self._running: list[Job] = []
+        self._running: dict[int, list[Job]] = {}  # worker thread id -> its batch
         self._last_batch_requests = 0
         self._batch_seconds = 0.0  # a moving average, for Retry-After
-        self._thread = threading.Thread(target=self._work, name=f"encoder-tasks-model-{name}", daemon=True)
+        self._threads = [
+            threading.Thread(
+                target=self._work,
+                args=(i,),
+                name=f"encoder-tasks-model-{name}" + (f"-{i}" if len(self._predicts) > 1 else ""),
+                daemon=True,
+            )
+            for i in range(len(self._predicts))
+        ]
+
+    @property
+    def predict(self) -> Predict:
+        """The (first) worker's predict function; set: every worker's (read at each batch)."""
+        return self._predicts[0]
+
+    @predict.setter
+    def predict(self, function: Predict) -> None:
+        self._predicts = [function] * len(self._predicts)
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     @property
     def alive(self) -> bool:
-        """Whether the worker thread still runs."""
-        return self._thread.is_alive()
+        """Whether a worker thread still runs."""
+        return any(thread.is_alive() for thread in self._threads)
 
     @property
     def stopping(self) -> bool:
@@ -164,10 +185,11 @@ class Batcher:
         queued token, at the seconds per token the last batches took (0 before any has run)."""
         with self._cond:
             queued = sum(job.tokens for job in self._queue if not job.future.done())
-            running, since = self._running_tokens, self._running_since
-        per_token = self._seconds_per_token
-        rest = max(0.0, running * per_token - (time.monotonic() - since)) if running else 0.0
-        return queued * per_token + rest
+            running = list(self._running_tokens.values())
+        per_token, now = self._seconds_per_token, time.monotonic()
+        rest = sum(max(0.0, tokens * per_token - (now - since)) for tokens, since in running)
+        # Several workers clear the queue together (each batch measured at its own, slower pace).
+        return (queued * per_token + rest) / len(self._threads)
 
     def admit(self) -> None:
         """Raise ApiError 429 (with ``Retry-After``) when ``max_queue`` requests already wait, or
@@ -234,26 +256,29 @@ class Batcher:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        if self._thread.is_alive():
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if self.alive:
             self._abandon = True
-            self._thread.join(5.0)
-        return not self._thread.is_alive()
+            for thread in self._threads:
+                thread.join(5.0)
+        return not self.alive
 
     def _before_forward(self) -> None:
         """Before each forward pass (worker thread): stop when nobody waits for this batch."""
-        if self._abandon or all(job.future.done() for job in self._running):
+        mine = self._running.get(threading.get_ident(), [])
+        if self._abandon or all(job.future.done() for job in mine):
             raise Abandoned()
 
     # ---- the worker thread ------------------------------------------------------------------------
-    def _work(self) -> None:
+    def _work(self, worker: int) -> None:
         BEFORE_FORWARD.set(self._before_forward)  # this thread's context only
         while True:
             batch = self._next_batch()
             if batch is None:
                 return
-            self._run(batch)
+            self._run(batch, self._predicts[worker])
 
     def _drop_answered(self) -> None:
         self._queue = [job for job in self._queue if not job.future.done()]
@@ -269,13 +294,14 @@ class Batcher:
                 self._cond.wait()
             if not self._stopping and (self._last_batch_requests > 1 or len(self._queue) > 1):
                 deadline = self._queue[0].arrived + self.max_wait
-                while not self._stopping and self._queued_tokens() < self.max_batch_tokens:
+                # (another worker may take the queue while this one waits: stop waiting then)
+                while not self._stopping and self._queue and self._queued_tokens() < self.max_batch_tokens:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
                     self._cond.wait(remaining)
                 self._drop_answered()
-                if not self._queue:  # everyone gave up while we waited
+                if not self._queue:  # everyone gave up, or another worker took them, while we waited
                     self._last_batch_requests = 0
                     return []
             batch = self._take()
@@ -317,7 +343,8 @@ class Batcher:
             total += cost
         return [*slices, current] if current else slices
 
-    def _run(self, batch: list[Job]) -> None:
+    def _run(self, batch: list[Job], predict: Predict | None = None) -> None:
+        predict = predict or self._predicts[0]
         batch = [job for job in batch if not job.future.done()]
         if not batch:
             return
@@ -327,13 +354,14 @@ class Batcher:
         self._metrics.batch_tokens.observe(sum(job.tokens for job in batch), **labels)
         tokens = sum(job.tokens for job in batch)
         start = time.monotonic()
+        me = threading.get_ident()
         with self._cond:
-            self._running, self._running_tokens, self._running_since = batch, tokens, start
+            self._running[me], self._running_tokens[me] = batch, (tokens, start)
         try:
             results: list[dict[str, Any]] = []
             for inputs in self._slices(batch):
                 self._before_forward()  # between slices too (a slice may be one short input)
-                answer = self.predict(inputs, batch[0].overrides)
+                answer = predict(inputs, batch[0].overrides)
                 if len(answer) != len(inputs):
                     raise RuntimeError(f"predict returned {len(answer)} records for {len(inputs)} inputs")
                 results.extend(answer)
@@ -356,7 +384,8 @@ class Batcher:
             return
         finally:
             with self._cond:
-                self._running, self._running_tokens = [], 0
+                self._running.pop(me, None)
+                self._running_tokens.pop(me, None)
             elapsed = time.monotonic() - start
             self._batch_seconds = (
                 elapsed if not self._batch_seconds else 0.8 * self._batch_seconds + 0.2 * elapsed

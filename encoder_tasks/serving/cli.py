@@ -108,6 +108,8 @@ def main(argv: list[str]) -> int:
         "max_batch_tokens": "Token budget of one model batch: concurrent requests merge up to it.",
         "max_wait_ms": "Longest a request waits for others to batch with, while the model is under load.",
         "batch_size": "Inputs per forward pass inside a batch (predict's --batch_size).",
+        "model_workers": "Batches in flight per model at once, the cores shared between them (1: one "
+        "batch at a time on every core).",
         "max_inputs_per_request": "Most inputs one request may hold (more: 413; OpenAI's limit).",
         "max_chars_per_input": "Most characters one text of an input may hold (more: 413).",
         "max_request_tokens": "Most tokens one request may compute, every window of a long text counted "

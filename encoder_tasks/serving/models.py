@@ -89,9 +89,10 @@ class ServedModel:
         counting = copy.deepcopy(predictor.tokenizer)
         counting.model_max_length = 1 << 62  # counts only: no "longer than the maximum" warning
         self._counter = dataclasses.replace(predictor, tokenizer=counting)
+        workers = self._workers(predictor)
         self.batcher = Batcher(
             self.name,
-            lambda inputs, overrides: predictor.predict(inputs, **overrides),
+            [lambda inputs, overrides, p=p: p.predict(inputs, **overrides) for p in workers],
             options.max_batch_tokens,
             options.max_wait_ms,
             self.metrics,
@@ -106,6 +107,21 @@ class ServedModel:
         )
         self.batcher.start()
         self.predictor = predictor
+
+    def _workers(self, predictor: Predictor) -> list[Predictor]:
+        """One predictor per worker (``--model_workers``): the same model, set up for that many
+        batches at once, each with its own copy of the tokenizer (a fast tokenizer is not to be
+        shared between threads)."""
+        count = self.options.model_workers
+        if count > 1:
+            from ..runtimes import share_between
+
+            logger.info("model %r: %s", self.name, share_between(predictor.model, count))
+        copies = [
+            dataclasses.replace(predictor, tokenizer=copy.deepcopy(predictor.tokenizer))
+            for _ in range(count - 1)
+        ]
+        return [predictor, *copies]
 
     def warm_up_record(self) -> dict[str, Any]:
         """An input this model accepts (the first of a few shapes its task's checks let through)."""

@@ -193,3 +193,25 @@ def test_exports_and_bare_encoders_are_served_like_runs(server, task_runs, tiny_
         assert_close_records(predict(url, "st", run.records)["predictions"], expected, BATCHED)
         vectors = predict(url, "bare", run.records)["predictions"]
         assert [len(r["embedding"]) for r in vectors] == [len(r["embedding"]) for r in expected]
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx", "openvino"])
+def test_two_model_workers_answer_what_one_does(task_runs, backend):
+    # --model_workers 2: two batches in flight per model (the runtime set up for two callers,
+    # a tokenizer per worker); under concurrent load every answer equals the one-worker answer.
+    models = {t: task_runs[t].model_dir for t in ("classification", "ner", "embedding")}
+    requests = [
+        (task, [task_runs[task].records[(i + k) % len(task_runs[task].records)] for k in range(1 + i % 3)])
+        for i, task in enumerate(["classification", "ner", "embedding"] * 6)
+    ]
+    with live_server(models, precision="fp32", backend=backend) as url:
+        alone = [predict(url, name, inputs)["predictions"] for name, inputs in requests]
+    with live_server(models, precision="fp32", backend=backend, model_workers=2) as url:
+        served = url.app.state.served["classification"]
+        assert len(served.batcher._threads) == 2
+        if backend != "torch":
+            assert served.predictor.model.encoder.backend == backend
+        with ThreadPoolExecutor(6) as pool:
+            together = list(pool.map(lambda r: predict(url, r[0], r[1])["predictions"], requests))
+    for i, (found, expected) in enumerate(zip(together, alone)):
+        assert_close_records(found, expected, BATCHED, where=f"request {i}")

@@ -42,7 +42,9 @@ def test_select_by_group_and_name_keeps_run_order():
     assert [c.name for c in bench.select("serving")] == [
         "serve-toolkit",
         "serve-toolkit-h11",
+        "serve-toolkit-workers2",
         "serve-toolkit-int8",
+        "serve-toolkit-int8-workers2",
         "serve-infinity-torch",
         "serve-infinity-optimum",
         "serve-infinity-optimum-int8",

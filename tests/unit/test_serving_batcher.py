@@ -224,3 +224,30 @@ def test_no_wait_budget_before_the_first_batch_has_run():
     batcher = Batcher("m", GatedModel(), 8192, 0.0, ServerMetrics(), max_queue_wait_ms=0)
     assert batcher.estimated_wait() == 0.0
     batcher.admit()  # no speed measured yet: nothing to estimate with, nothing refused
+
+
+def test_two_workers_run_two_batches_at_once_each_with_its_own_predict():
+    inside = threading.Barrier(2, timeout=10)  # passes only when both workers are inside at once
+    seen: list[str] = []
+
+    def worker(tag):
+        def predict(inputs, overrides):
+            inside.wait()
+            seen.append(tag)
+            return [{"text": r["text"], "by": tag} for r in inputs]
+
+        return predict
+
+    batcher = Batcher("m", [worker("w0"), worker("w1")], 8192, 0.0, ServerMetrics())
+    batcher.start()
+
+    async def two():
+        first = batcher.submit([{"text": "a"}], {}, tokens=1)
+        await asyncio.sleep(0.05)  # taken by one worker, which now waits inside for the other
+        second = batcher.submit([{"text": "b"}], {}, tokens=1)
+        return await asyncio.gather(first, second)
+
+    answers = asyncio.run(two())
+    assert [a[0]["text"] for a in answers] == ["a", "b"]
+    assert {a[0]["by"] for a in answers} == {"w0", "w1"} and sorted(seen) == ["w0", "w1"]
+    assert batcher.stop(timeout=5) and not batcher.alive
