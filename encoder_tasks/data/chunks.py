@@ -86,15 +86,17 @@ def read_chunks(
     """The rows of ``path`` in chunks of ``rows`` (default :func:`chunk_rows`), each a ``Split``
     named ``predict`` whose ``source`` is ``source`` (default: ``path`` as given).
 
-    A file whose suffix is in ``streamed`` (JSON lines, CSV/TSV) is read line by line; any other
-    input is read whole by ``reader`` (default :func:`~encoder_tasks.data.read_file`; a task's
+    A file whose suffix is in ``streamed`` (JSON lines, CSV/TSV) is read line by line, as the
+    chunks are taken (a named pipe too: its rows are predicted as they arrive); any other input is
+    read whole by ``reader`` (default :func:`~encoder_tasks.data.read_file`; a task's
     own format reader) and handed on in chunks.
     """
     rows = rows or chunk_rows()
     shown = str(path) if source is None else source
     path = Path(path)
     suffix = path.suffix.lower()
-    if path.is_file() and suffix in streamed and newline_is_a_byte(encoding):
+    readable = path.exists() and not path.is_dir()  # a file, or a pipe (/dev/stdin, a FIFO)
+    if readable and suffix in streamed and newline_is_a_byte(encoding):
         fmt = "jsonl" if suffix in JSONL_SUFFIXES else "table"
         yield from _streamed_chunks(path, shown, fmt, delimiter, column_names, encoding, rows)
         return

@@ -152,8 +152,11 @@ def text_lines(stream, shown: str, encoding: str = "utf-8") -> Iterator[tuple[in
         [(1, 'a\\n'), (2, '\\n'), (3, 'b')]
     """
     number, pending, content = 0, b"", False
+    # read1: what is there, up to the size (read would wait for all of it on a pipe: the lines
+    # of a piped input are handed on as they arrive).
+    read = getattr(stream, "read1", stream.read)
     while True:
-        chunk = stream.read(_CHUNK_BYTES)
+        chunk = read(_CHUNK_BYTES)
         if chunk:  # complete lines keep their newline; the rest waits for the next chunk
             *complete, pending = (pending + chunk).split(b"\n")
             raws = [piece + b"\n" for piece in complete]

@@ -192,7 +192,7 @@ def input_chunks(args: NerPredictArguments, settings: NerSettings, rows: int | N
     from .conll import stream_conll
 
     path = Path(args.input_file)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a file, or a pipe: read as it goes
         raise UserError(f"--input_file {path}: no such file")
     rows = rows or chunk_rows()
     fmt = args.input_format
