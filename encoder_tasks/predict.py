@@ -350,8 +350,9 @@ def stream_predictions(
         >>> import tempfile, types
         >>> out = tempfile.mkdtemp() + "/squares.jsonl"
         >>> args = types.SimpleNamespace(output_file=out, overwrite_output=False)
-        >>> stream_predictions(args, [[1, 2], [3]], lambda chunk: [{"n": n, "square": n * n} for n in chunk])
-        3
+        >>> squares = lambda chunk: [{"n": n, "square": n * n} for n in chunk]
+        >>> stream_predictions(args, [[1, 2], [3]], squares)  # doctest: +ELLIPSIS
+        ...3
         >>> open(out).read().splitlines()[-1]
         '{"n": 3, "square": 9}'
     """
