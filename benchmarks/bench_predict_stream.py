@@ -112,6 +112,31 @@ def measure(run: Path, inputs: Path, mode: str, rows: int) -> dict:
     }
 
 
+def stream_table(runs: list[dict]) -> dict:
+    """The ``predict-stream`` table of a result file's runs (docs/batch-inference.md cites it).
+
+    Example:
+        >>> run = {"mode": "whole", "input_mb": 5.0, "rows": 47613, "peak_rss_mb": 1147.4,
+        ...        "wall_seconds": 52.8, "first_record_seconds": 47.4}
+        >>> stream_table([run])["rows"]
+        [['5 MB', '47,613', 'whole input as one chunk (as before)', '1,147 MB', '53 s', '47.4 s']]
+    """
+    modes = {"streamed": "streamed (4,096-row chunks)", "whole": "whole input as one chunk (as before)"}
+    rows = [
+        [
+            f"{run['input_mb']:g} MB",
+            f"{run['rows']:,}",
+            modes.get(run["mode"], run["mode"]),
+            f"{run['peak_rss_mb']:,.0f} MB",
+            f"{run['wall_seconds']:.0f} s",
+            f"{run['first_record_seconds']:.1f} s",
+        ]
+        for run in runs
+    ]
+    columns = ["JSON-lines input", "rows", "mode", "peak RSS", "wall", "first record after"]
+    return {"columns": columns, "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes_mb", default="5,50", help="input sizes in MB, comma separated")
@@ -148,6 +173,7 @@ def main() -> None:
             "whole_max_mb": args.whole_max_mb,
             "load_average": os.getloadavg(),
             "runs": results,
+            "tables": {"predict-stream": stream_table(results)},
         },
     )
     print(f"saved {path}")
