@@ -130,3 +130,31 @@ def test_the_npy_header_is_rewritten_in_place_for_any_row_count():
         assert len(_npy_header(rows, dimension)) == len(_npy_header(0, 0)) == 128
     data = np.arange(12, dtype="<f4").reshape(4, 3)
     assert np.array_equal(np.load(io.BytesIO(_npy_header(4, 3) + data.tobytes())), data)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-DOCSTART- O\n\nJohn\tB-PER\nlives\tO\n\nParis\tB-LOC\n",
+        "a O\r\nb O\r\n\r\nc O",  # CRLF, no newline at the end
+        "a O\x0cb O\n\nc O\u2028d O\n",  # str.splitlines also ends lines at a form feed and U+2028
+    ],
+)
+def test_conll_read_line_by_line_gives_read_conlls_sentences(tmp_path, text):
+    from encoder_tasks.tasks.ner.conll import read_conll, stream_conll
+
+    path = tmp_path / "in.conll"
+    path.write_bytes(text.encode("utf-8"))
+    assert list(stream_conll(path)) == read_conll(path).to_list()
+
+
+def test_conll_errors_name_the_same_line_read_line_by_line(tmp_path):
+    from encoder_tasks.tasks.ner.conll import read_conll, stream_conll
+
+    path = tmp_path / "bad.conll"
+    path.write_text("a\tO\nb\tO\n\nc\tO\td\n")
+    with pytest.raises(UserError) as whole:
+        read_conll(path)
+    with pytest.raises(UserError) as streamed:
+        list(stream_conll(path))
+    assert str(streamed.value) == str(whole.value) and "line 4: expected 2 columns" in str(whole.value)
