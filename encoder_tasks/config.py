@@ -261,6 +261,20 @@ class PredictArguments:
         names = [c.strip() for c in self.column_names.split(",")] if self.column_names else None
         return (reader or read_file)(self.input_file, self.delimiter, names, self.encoding)
 
+    def read_input_chunks(self, reader=None, streamed=None):
+        """``input_file`` as :func:`read_input` reads it, in chunks of rows (``Split`` each), read as
+        ``predict`` goes (:func:`encoder_tasks.data.chunks.read_chunks`: JSON lines and CSV/TSV
+        line by line; ``reader``'s formats whole; ``streamed``: the suffixes streamed although
+        ``reader`` is given, where it reads them as the generic reader does)."""
+        from .data.chunks import STREAMED_SUFFIXES, read_chunks
+
+        names = [c.strip() for c in self.column_names.split(",")] if self.column_names else None
+        if streamed is None:
+            streamed = STREAMED_SUFFIXES if reader is None else ()
+        return read_chunks(
+            self.input_file, self.delimiter, names, self.encoding, reader, streamed, source=self.input_file
+        )
+
     def check(self) -> None:
         """Fail early, before loading a model, on missing or clashing paths."""
         for name in ("model_dir", "input_file", "output_file"):

@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -253,7 +255,6 @@ def check_output_location(path: str, overwrite: bool = False, flag: str = "--out
         encoder_tasks.errors.UserError: --output_file /: is a folder; expected a file name
     """
     import tempfile
-    from pathlib import Path
 
     if path == "-":
         return
@@ -319,32 +320,101 @@ def _write_lines(handle, records) -> int:
 
 
 def write_predictions(args, records, what: str = "predictions") -> int:
-    """Write ``records`` as JSON lines to ``args.output_file`` (checked again: a file may have
-    appeared while the model ran); returns the count. A regular file is written under a temporary
-    name, then renamed (never half written); ``-`` goes to stdout, and a pipe or a device
-    (``/dev/stdout``, a FIFO) is written directly: they are never replaced by a file."""
-    from pathlib import Path
+    """Write ``records`` as JSON lines to ``args.output_file``; returns the count.
 
-    from .data.writers import write_jsonl
+    :func:`stream_predictions` with one chunk: the same checks, the same temporary file (a regular
+    file is never half written), ``-``, pipes and devices written directly."""
+    return stream_predictions(args, [records], lambda chunk: chunk, what)
 
+
+def stream_predictions(
+    args,
+    chunks: Iterable[Any],
+    predict: Callable[[Any], Iterable[dict]],
+    what: str | Callable[[], str] = "predictions",
+) -> int:
+    """``predict`` each of ``chunks`` (rows of the input, :func:`encoder_tasks.data.chunks.read_chunks`)
+    and write its records as JSON lines to ``args.output_file`` before the next chunk is read;
+    returns the count of records. Memory holds one chunk, whatever the input's size.
+
+    The output is checked again before the first chunk (a file may have appeared while the model
+    loaded). A regular file is written under a temporary name in its folder as the chunks come and
+    renamed once the last is written: it is never half written, and on any error (a bad row in the
+    middle of the input, a full disk, Ctrl-C) the temporary file is removed and an existing output
+    is left as it was. ``-`` (stdout), a pipe or a device (``/dev/stdout``, a FIFO) gets the lines
+    as they are produced, written directly, never replaced by a file. ``what`` names the records in
+    the closing log line; a callable is called once every chunk is written (a task's summary:
+    counts over the whole input, the warnings logged there).
+
+    Example:
+        >>> import tempfile, types
+        >>> out = tempfile.mkdtemp() + "/squares.jsonl"
+        >>> args = types.SimpleNamespace(output_file=out, overwrite_output=False)
+        >>> squares = lambda chunk: [{"n": n, "square": n * n} for n in chunk]
+        >>> stream_predictions(args, [[1, 2], [3]], squares)  # doctest: +ELLIPSIS
+        ...3
+        >>> open(out).read().splitlines()[-1]
+        '{"n": 3, "square": 9}'
+    """
     path = args.output_file
-    check_output_location(path, args.overwrite_output)
     try:
-        if path == "-":
-            if _STDOUT is None:
-                _claim_stdout()
-            try:
-                count = _write_lines(_STDOUT, records)
-                logger.info("wrote %d %s to stdout", count, what)  # on stderr, still
-            finally:
-                _release_stdout()
-            return count
-        elif Path(path).exists() and not Path(path).is_file():
-            with open(path, "w", encoding="utf-8") as handle:
-                count = _write_lines(handle, records)
-        else:
-            count = write_jsonl(path, records)
+        with _Output(path, args.overwrite_output) as output:
+            for chunk in chunks:
+                output.write(predict(chunk))
+            output.what = what() if callable(what) else what
     except OSError as error:
         raise UserError(f"--output_file {path}: cannot write ({error.strerror or error})") from None
-    logger.info("wrote %d %s to %s", count, what, path)
-    return count
+    return output.count
+
+
+class _Output:
+    """One prediction output opened for :func:`stream_predictions`: stdout, a pipe or device
+    written directly, or a regular file written under a temporary name and renamed on success."""
+
+    def __init__(self, path: str, overwrite: bool):
+        self.path, self.overwrite, self.count = path, overwrite, 0
+        self.handle: Any = None
+        self.temporary: Path | None = None
+        self.what = "predictions"  # the closing log line's name for the records
+
+    def __enter__(self) -> _Output:
+        check_output_location(self.path, self.overwrite)
+        target = Path(self.path)
+        if self.path == "-":
+            if _STDOUT is None:
+                _claim_stdout()
+            self.handle = _STDOUT
+        elif target.exists() and not target.is_file():  # a pipe, a device: never replaced
+            self.handle = open(target, "w", encoding="utf-8")
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # A name of its own ("x": never another's file), so two runs writing to one folder do
+            # not meet; opened like any file, so the output gets the usual permissions.
+            self.temporary = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+            self.handle = open(self.temporary, "x", encoding="utf-8")
+        return self
+
+    def write(self, records: Iterable[dict]) -> None:
+        self.count += _write_lines(self.handle, records)  # flushed: a reader sees each chunk
+
+    def __exit__(self, kind, error, traceback) -> None:
+        try:
+            if self.path == "-":
+                if kind is None:  # logged while stdout still points at stderr
+                    logger.info("wrote %d %s to stdout", self.count, self.what)
+                _release_stdout()
+                return
+            if self.handle is not None:
+                self.handle.close()
+            if kind is None and self.temporary is not None:
+                if Path(self.path).exists() and not self.overwrite:  # appeared while the model ran
+                    raise UserError(
+                        f"--output_file {self.path} already exists; choose another or pass --overwrite_output"
+                    )
+                os.replace(self.temporary, self.path)
+                self.temporary = None
+            if kind is None:
+                logger.info("wrote %d %s to %s", self.count, self.what, self.path)
+        finally:
+            if self.temporary is not None:  # an error: no half-written output, the old one untouched
+                self.temporary.unlink(missing_ok=True)

@@ -20,10 +20,15 @@ class Split:
     name: str
     source: str
     dataset: object  # datasets.Dataset
+    #: The place of the dataset's first row in its file (a chunk of a file read in chunks,
+    #: :mod:`encoder_tasks.data.chunks`), so rows without a line are still named by their row.
+    first_index: int = 0
 
     def location(self, index: int) -> str:
         line = self.dataset[index][LINE_COLUMN] if LINE_COLUMN in self.dataset.column_names else None
-        return f"{self.source} line {line}" if line is not None else f"{self.source} row {index + 1}"
+        if line is not None:
+            return f"{self.source} line {line}"
+        return f"{self.source} row {self.first_index + index + 1}"
 
 
 def resolve_data_path(path: str, data_dir: str | None) -> Path:

@@ -13,6 +13,7 @@ import io
 import itertools
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import UserError
@@ -23,6 +24,8 @@ LINE_COLUMN = "_line"
 TABLE_SUFFIXES = {".csv", ".tsv", ".txt"}
 JSON_SUFFIXES = {".json"}
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+#: Bytes read at a time by :func:`text_lines`.
+_CHUNK_BYTES = 1 << 20
 
 
 def row_location(source: str, line: int | None, index: int) -> str:
@@ -137,6 +140,93 @@ def jsonl_rows(lines, shown: str):
         index += 1
     if not index:
         raise UserError(f"{shown}: no records")
+
+
+def text_lines(stream, shown: str, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+    """``(line number, text with its line ending)`` of a binary stream; undecodable bytes are
+    reported by line and column, as :func:`encoder_tasks.data.readers.read_text` reports them.
+
+    Example:
+        >>> import io
+        >>> list(text_lines(io.BytesIO(b"a\\n\\nb"), "f.txt"))
+        [(1, 'a\\n'), (2, '\\n'), (3, 'b')]
+    """
+    number, pending, content = 0, b"", False
+    # read1: what is there, up to the size (read would wait for all of it on a pipe: the lines
+    # of a piped input are handed on as they arrive).
+    read = getattr(stream, "read1", stream.read)
+    while True:
+        chunk = read(_CHUNK_BYTES)
+        if chunk:  # complete lines keep their newline; the rest waits for the next chunk
+            *complete, pending = (pending + chunk).split(b"\n")
+            raws = [piece + b"\n" for piece in complete]
+        else:  # the end of the file: a last line without a newline
+            raws, pending = ([pending] if pending else []), b""
+        for raw in raws:
+            number += 1
+            try:
+                text = raw.decode(encoding)
+            except UnicodeDecodeError as exc:
+                raise UserError(
+                    f"{shown} line {number}, column {exc.start + 1}: byte 0x{raw[exc.start]:02x} is not valid "
+                    f"{encoding}; re-save the file as UTF-8 or pass --encoding (e.g. latin-1)"
+                ) from None
+            if number == 1 and text.startswith("\ufeff"):
+                text = text[1:]
+            content = content or bool(text.strip())
+            yield number, text
+        if not chunk:
+            break
+    if not content:
+        raise UserError(f"{shown}: the file is empty")
+
+
+def file_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+    """:func:`text_lines` of a file, read as they are taken; in an encoding whose newline is not
+    the byte ``\\n`` (UTF-16/32) or an unknown one, the file is read whole by :func:`read_text`
+    (its messages) and cut at ``\\n``.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "f.txt"
+        >>> _ = p.write_bytes(b"a\\nb")
+        >>> list(file_lines(p))
+        [(1, 'a\\n'), (2, 'b')]
+    """
+    if newline_is_a_byte(encoding):
+        with open(path, "rb") as handle:
+            yield from text_lines(handle, str(path), encoding)
+        return
+    pieces = read_text(Path(path), encoding).split("\n")
+    for number, piece in enumerate(pieces, start=1):
+        if number < len(pieces):
+            yield number, piece + "\n"
+        elif piece:
+            yield number, piece
+
+
+def newline_is_a_byte(encoding: str) -> bool:
+    """Lines can be cut at ``\\n`` bytes before decoding (utf-8, latin-1...; not UTF-16/32, nor an
+    unknown encoding, which the whole-file reader names).
+
+    Example:
+        >>> newline_is_a_byte("utf-8"), newline_is_a_byte("utf-16")
+        (True, False)
+    """
+    try:
+        return "ab\n".encode(encoding).endswith(b"ab\n")
+    except LookupError:
+        return False
+
+
+def plain_lines(lines, shown: str, **_):
+    """``(line, index, {"text": line})`` of every non-blank line (NER's ``.txt`` input)."""
+    index = 0
+    for number, text in lines:
+        text = text.rstrip("\r\n")
+        if text.strip():
+            yield number, index, {"text": text}
+            index += 1
 
 
 def read_jsonl(path: Path, encoding="utf-8"):

@@ -25,16 +25,14 @@ import glob
 import itertools
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data.readers import jsonl_rows, table_rows
+from ..data.readers import jsonl_rows, plain_lines, table_rows, text_lines
 from ..errors import UserError
 
 #: Rows per block a read task hands on (small blocks keep the driver's memory flat too).
 BLOCK_ROWS = 1024
-_CHUNK_BYTES = 1 << 20
 
 
 def check_encoding(encoding: str) -> None:
@@ -48,52 +46,6 @@ def check_encoding(encoding: str) -> None:
             f"--encoding {encoding}: --engine ray reads files line by line, in encodings where a line ends "
             "at a newline byte (utf-8, latin-1, cp1252...); re-save the file as UTF-8"
         )
-
-
-def text_lines(stream, shown: str, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
-    """``(line number, text with its line ending)`` of a binary stream; undecodable bytes are
-    reported by line and column, as :func:`encoder_tasks.data.readers.read_text` reports them.
-
-    Example:
-        >>> import io
-        >>> list(text_lines(io.BytesIO(b"a\\n\\nb"), "f.txt"))
-        [(1, 'a\\n'), (2, '\\n'), (3, 'b')]
-    """
-    number, pending, content = 0, b"", False
-    while True:
-        chunk = stream.read(_CHUNK_BYTES)
-        if chunk:  # complete lines keep their newline; the rest waits for the next chunk
-            *complete, pending = (pending + chunk).split(b"\n")
-            raws = [piece + b"\n" for piece in complete]
-        else:  # the end of the file: a last line without a newline
-            raws, pending = ([pending] if pending else []), b""
-        for raw in raws:
-            number += 1
-            try:
-                text = raw.decode(encoding)
-            except UnicodeDecodeError as exc:
-                raise UserError(
-                    f"{shown} line {number}, column {exc.start + 1}: byte 0x{raw[exc.start]:02x} is not valid "
-                    f"{encoding}; re-save the file as UTF-8 or pass --encoding (e.g. latin-1)"
-                ) from None
-            if number == 1 and text.startswith("\ufeff"):
-                text = text[1:]
-            content = content or bool(text.strip())
-            yield number, text
-        if not chunk:
-            break
-    if not content:
-        raise UserError(f"{shown}: the file is empty")
-
-
-def plain_lines(lines, shown: str, **_):
-    """``(line, index, {"text": line})`` of every non-blank line (NER's ``.txt`` input)."""
-    index = 0
-    for number, text in lines:
-        text = text.rstrip("\r\n")
-        if text.strip():
-            yield number, index, {"text": text}
-            index += 1
 
 
 def read_rows(stream, shown: str, fmt: str, delimiter="auto", column_names=None, encoding="utf-8"):

@@ -85,9 +85,9 @@ def test_bad_files_fail_with_the_local_message(tmp_path, name, data, fmt, reader
 
 
 def test_long_files_are_read_in_chunks(monkeypatch):
-    import encoder_tasks.engines.ray_files as ray_files
+    import encoder_tasks.data.readers as readers
 
-    monkeypatch.setattr(ray_files, "_CHUNK_BYTES", 7)  # lines cut across chunks
+    monkeypatch.setattr(readers, "_CHUNK_BYTES", 7)  # lines cut across chunks
     data = "".join(f"line {i} été\n" for i in range(50)).encode()
     assert [text for _, text in text_lines(io.BytesIO(data), "f.txt")] == data.decode().splitlines(
         keepends=True

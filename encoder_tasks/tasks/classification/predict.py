@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from ...collators import PaddingCollator
-from ...data import Split, resolve_column
+from ...data import resolve_column
 from ...data.columns import column_texts
 from ...errors import UserError
 from ...metrics import softmax
-from ...predict import load_for_prediction, run_batches, write_predictions
+from ...predict import load_for_prediction, run_batches, stream_predictions
 from .args import ClassificationPredictArguments, ClassificationSettings
 from .metrics import sigmoid
 
@@ -160,26 +160,35 @@ def predict_file(args: ClassificationPredictArguments, task_name: str = "classif
         ...              output_file="preds.jsonl"))  # doctest: +SKIP
     """
     model, tokenizer = load_for_prediction(args, task_name)
-    split = Split("predict", args.input_file, args.read_input())
-    texts = column_texts(split, resolve_column(split, args.text_column or "text", "text"))
-    pair_col = resolve_column(split, args.text_pair_column, "text_pair")
-    pairs = column_texts(split, pair_col) if pair_col else None
-    inputs = (
-        [{"text": t} for t in texts]
-        if pairs is None
-        else [{"text": t, "text_pair": p} for t, p in zip(texts, pairs)]
-    )
-    results, long_count = _records(model, tokenizer, inputs, args, disable_tqdm=args.disable_tqdm)
-    what = "predictions"
-    if long_count:
-        windowed = args.long_text == "window" and pairs is None
+    totals = {"inputs": 0, "long": 0, "pairs": False}
+
+    def predict_chunk(split) -> list[dict]:  # a chunk of rows (read as predict goes)
+        texts = column_texts(split, resolve_column(split, args.text_column or "text", "text"))
+        pair_col = resolve_column(split, args.text_pair_column, "text_pair")
+        pairs = column_texts(split, pair_col) if pair_col else None
+        inputs = (
+            [{"text": t} for t in texts]
+            if pairs is None
+            else [{"text": t, "text_pair": p} for t, p in zip(texts, pairs)]
+        )
+        results, long_count = _records(model, tokenizer, inputs, args, disable_tqdm=args.disable_tqdm)
+        totals["inputs"] += len(texts)
+        totals["long"] += long_count
+        totals["pairs"] = pairs is not None
+        return [{"line": line, **result} for line, result in zip(split.dataset["_line"], results)]
+
+    def summary() -> str:  # once every chunk is written: counts over the whole input
+        if not totals["long"]:
+            return "predictions"
+        windowed = args.long_text == "window" and not totals["pairs"]
         how = "split into overlapping windows" if windowed else "truncated"
-        logger.warning("%d of %d inputs were longer than max_length and were %s", long_count, len(texts), how)
-        what += f" ({long_count} long inputs {'windowed' if windowed else 'truncated'})"
-    lines = split.dataset["_line"]
-    records = [{"line": line, **result} for line, result in zip(lines, results)]
-    write_predictions(args, records, what)
-    return {"predictions": len(records), "long_inputs": long_count}
+        logger.warning(
+            "%d of %d inputs were longer than max_length and were %s", totals["long"], totals["inputs"], how
+        )
+        return f"predictions ({totals['long']} long inputs {'windowed' if windowed else 'truncated'})"
+
+    count = stream_predictions(args, args.read_input_chunks(), predict_chunk, summary)
+    return {"predictions": count, "long_inputs": totals["long"]}
 
 
 def parse_input(record, where: str, settings: ClassificationSettings | None) -> dict:

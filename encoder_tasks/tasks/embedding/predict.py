@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 
-from ...data import LINE_COLUMN, Split, resolve_column
+from ...data import LINE_COLUMN, resolve_column
 from ...data.columns import column_texts
 from .args import EmbeddingPredictArguments
 
@@ -54,24 +54,27 @@ def predict_file(args: EmbeddingPredictArguments) -> dict:
         >>> predict_file(EmbeddingPredictArguments(model_dir="runs/emb", input_file="pairs.tsv",
         ...              output_file="scores.jsonl"))  # doctest: +SKIP
     """
-    from ...predict import write_predictions
+    from ...predict import stream_predictions
     from .retrieval import normalize
 
     args.check()
-    split = Split("predict", args.input_file, args.read_input())
+    chunks = args.read_input_chunks()
     model, tokenizer = load_model(args)  # resolves the columns from the saved settings too
-    first = column_texts(split, resolve_column(split, args.text_column, "text"))
-    second = column_texts(split, resolve_column(split, args.text_pair_column, "text_pair"))
-    unique = list(dict.fromkeys([*first, *second]))
-    vectors = normalize(encode_for(args, model, tokenizer, unique))
-    index = {t: i for i, t in enumerate(unique)}
-    scores = np.sum(vectors[[index[t] for t in first]] * vectors[[index[t] for t in second]], axis=1)
-    records = [
-        {"line": line, "text": a, "text_pair": b, "score": round(float(s), 6)}
-        for line, a, b, s in zip(split.dataset[LINE_COLUMN], first, second, scores)
-    ]
-    write_predictions(args, records, what="similarity scores")
-    return {"predictions": len(records)}
+
+    def predict_chunk(split) -> list[dict]:  # a chunk of rows (read as predict goes)
+        first = column_texts(split, resolve_column(split, args.text_column, "text"))
+        second = column_texts(split, resolve_column(split, args.text_pair_column, "text_pair"))
+        unique = list(dict.fromkeys([*first, *second]))  # a text repeated within the chunk: encoded once
+        vectors = normalize(encode_for(args, model, tokenizer, unique))
+        index = {t: i for i, t in enumerate(unique)}
+        scores = np.sum(vectors[[index[t] for t in first]] * vectors[[index[t] for t in second]], axis=1)
+        return [
+            {"line": line, "text": a, "text_pair": b, "score": round(float(s), 6)}
+            for line, a, b, s in zip(split.dataset[LINE_COLUMN], first, second, scores)
+        ]
+
+    count = stream_predictions(args, chunks, predict_chunk, what="similarity scores")
+    return {"predictions": count}
 
 
 def parse_input(record, where: str, settings=None) -> dict:

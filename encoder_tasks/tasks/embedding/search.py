@@ -37,14 +37,15 @@ logger = logging.getLogger(__name__)
 _NOT_SAVED = ("text_column",)
 
 
-def _cut(args, model, vectors: np.ndarray) -> np.ndarray:
-    """``--dimensions``: the first N dimensions (re-normalised when the model normalises)."""
+def _cut(args, model, vectors: np.ndarray, warn: bool = True) -> np.ndarray:
+    """``--dimensions``: the first N dimensions (re-normalised when the model normalises);
+    ``warn``: say so when the model was not trained for that size (once per input, not per chunk)."""
     from .matryoshka import truncate
 
     if args.dimensions is None or args.dimensions == vectors.shape[1]:
         return vectors
     trained = model.settings.get("matryoshka_dims") if model.settings is not None else None
-    if not trained or args.dimensions not in trained:
+    if warn and (not trained or args.dimensions not in trained):
         logger.warning(
             "--dimensions %d: the model was trained for %s; a cut it was not trained for loses accuracy",
             args.dimensions,
@@ -78,42 +79,70 @@ def _read_texts(args, column_spec: str, id_column: str | None = None):
     return texts, ids, lines
 
 
+def _chunk_texts(args, split) -> tuple[list[str], list[str]]:
+    """Texts and ids of one chunk of ``encode``'s input: ``--id_column``, else the line (the row
+    number in the file where there is none)."""
+    texts = column_texts(split, resolve_column(split, args.text_column, "text"))
+    if args.id_column:
+        return texts, [str(v) for v in split.dataset[resolve_column(split, args.id_column, "id")]]
+    lines = split.dataset[LINE_COLUMN]
+    first = split.first_index + 1
+    return texts, [str(line) if line is not None else str(first + i) for i, line in enumerate(lines)]
+
+
 def encode_file(args: EncodeArguments) -> dict:
     """Encode every text of ``args.input_file``; returns ``{"texts": n, "dimension": d}``.
+
+    The input is read, encoded and written a chunk of rows at a time
+    (:func:`encoder_tasks.predict.stream_predictions`): memory stays flat in the input's size,
+    for JSON lines and for ``.npy`` (written under a temporary name as it goes, its row count set
+    once the last chunk is in).
 
     Example:
         >>> encode_file(EncodeArguments(model_dir="runs/emb", input_file="corpus.jsonl",
         ...             output_file="corpus.npy"))  # doctest: +SKIP
     """
     from ...data.writers import check_new_file
-    from ...predict import write_predictions
+    from ...predict import stream_predictions
 
     args.check()
     as_npy = Path(args.output_file).suffix.lower() == ".npy"
     if as_npy:  # before any work: the id file must not replace another run's either
         check_new_file(ids_path(args.output_file), args.overwrite_output, flag=ID_FILE_FLAG)
-    texts, ids, _ = _read_texts(args, args.text_column, args.id_column)
+    chunks = args.read_input_chunks()
     model, tokenizer = load_model(args, settings_skip=_NOT_SAVED)
     if is_sparse(model) or args.sparse:
-        return _encode_sparse_file(args, model, tokenizer, texts, ids)
+        return _encode_sparse_file(args, model, tokenizer, chunks)
     if args.queries:
         logger.warning("--queries: a dense model encodes queries and texts alike")
-    vectors = _cut(args, model, encode_for(args, model, tokenizer, texts))
+    seen = {"texts": 0, "dimension": None}
+
+    def vectors_of(split) -> tuple[list[str], list[str], np.ndarray]:
+        texts, ids = _chunk_texts(args, split)
+        vectors = _cut(args, model, encode_for(args, model, tokenizer, texts), warn=seen["dimension"] is None)
+        seen["texts"] += len(texts)
+        seen["dimension"] = int(vectors.shape[1])
+        return texts, ids, vectors
+
     if as_npy:
-        _write_npy(args, vectors, ids, model.normalize)
+        _write_npy(args, (vectors_of(split) for split in chunks), model.normalize)
     else:
-        records = (
-            {"id": i, "text": t, "embedding": [round(float(x), 7) for x in v]}
-            for i, t, v in zip(ids, texts, vectors)
-        )
-        write_predictions(args, records, what=f"embeddings ({vectors.shape[1]} dimensions)")
-    return {"texts": len(texts), "dimension": int(vectors.shape[1])}
+
+        def records(split):
+            texts, ids, vectors = vectors_of(split)
+            return [
+                {"id": i, "text": t, "embedding": [round(float(x), 7) for x in v]}
+                for i, t, v in zip(ids, texts, vectors)
+            ]
+
+        stream_predictions(args, chunks, records, what=lambda: f"embeddings ({seen['dimension']} dimensions)")
+    return {"texts": seen["texts"], "dimension": seen["dimension"]}
 
 
-def _encode_sparse_file(args, model, tokenizer, texts, ids) -> dict:
+def _encode_sparse_file(args, model, tokenizer, chunks) -> dict:
     """``encode`` of a sparse model: JSON lines ``{id, text, indices, values, tokens}``."""
-    from ...predict import write_predictions
-    from .sparse import encode_sparse, sparsity
+    from ...predict import stream_predictions
+    from .sparse import encode_sparse
 
     if not is_sparse(model):
         raise UserError(f"--sparse: {args.model_dir} is a dense model (train one with --model_type sparse)")
@@ -123,35 +152,90 @@ def _encode_sparse_file(args, model, tokenizer, texts, ids) -> dict:
         )
     if args.dimensions is not None:
         raise UserError("--dimensions cuts dense vectors; a sparse model has one weight per vocabulary token")
-    vectors = encode_sparse(
-        model, tokenizer, texts, args.batch_size, args.max_length, args.precision, args.disable_tqdm or None,
-        queries=args.queries,
-    )  # fmt: skip
-    records = (
-        {"id": i, "text": t, "indices": v[0].tolist(), "values": [round(float(x), 6) for x in v[1]],
-         "tokens": tokenizer.convert_ids_to_tokens(v[0].tolist())}
-        for i, t, v in zip(ids, texts, vectors)
-    )  # fmt: skip
-    stats = sparsity(vectors)
-    write_predictions(args, records, what=f"sparse vectors ({stats['nonzeros_mean']:.1f} non-zeros per text)")
-    return {"texts": len(texts), "dimension": int(model.config.vocab_size), **stats}
+    counts = {"texts": 0, "nonzeros": 0, "min": None, "max": 0}
+
+    def records(split) -> list[dict]:
+        texts, ids = _chunk_texts(args, split)
+        vectors = encode_sparse(
+            model, tokenizer, texts, args.batch_size, args.max_length, args.precision, args.disable_tqdm or None,
+            queries=args.queries,
+        )  # fmt: skip
+        for indices, _ in vectors:  # sparsity() over the whole input, counted chunk by chunk
+            counts["texts"] += 1
+            counts["nonzeros"] += len(indices)
+            counts["min"] = len(indices) if counts["min"] is None else min(counts["min"], len(indices))
+            counts["max"] = max(counts["max"], len(indices))
+        return [
+            {"id": i, "text": t, "indices": v[0].tolist(), "values": [round(float(x), 6) for x in v[1]],
+             "tokens": tokenizer.convert_ids_to_tokens(v[0].tolist())}
+            for i, t, v in zip(ids, texts, vectors)
+        ]  # fmt: skip
+
+    def stats() -> dict:
+        n = counts["texts"]
+        return {
+            "nonzeros_mean": float(counts["nonzeros"] / n) if n else 0.0,
+            "nonzeros_min": int(counts["min"] or 0),
+            "nonzeros_max": int(counts["max"]),
+        }
+
+    stream_predictions(
+        args,
+        chunks,
+        records,
+        what=lambda: f"sparse vectors ({stats()['nonzeros_mean']:.1f} non-zeros per text)",
+    )
+    return {"texts": counts["texts"], "dimension": int(model.config.vocab_size), **stats()}
 
 
-def _write_npy(args, vectors: np.ndarray, ids: list[str], normalized: bool) -> None:
+def _write_npy(args, chunks, normalized: bool) -> None:
+    """``.npy`` vectors (and their id file) from ``(texts, ids, vectors)`` chunks, written as they
+    come under a temporary name; the header's row count is set once the last chunk is in."""
     from ...data.writers import check_new_file, write_json
 
     output, id_file = Path(args.output_file), ids_path(args.output_file)
-    # Checked again: a file may have appeared while the model ran.
+    # Checked again: a file may have appeared while the model loaded.
     check_new_file(output, args.overwrite_output)
     check_new_file(id_file, args.overwrite_output, flag=ID_FILE_FLAG)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.stem}.tmp.npy")
-    np.save(tmp, vectors)
-    tmp.replace(output)
+    ids: list[str] = []
+    dimension = None
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(_npy_header(0, 0))  # a placeholder of the final header's size
+            for _, chunk_ids, vectors in chunks:
+                dimension = vectors.shape[1]
+                handle.write(np.ascontiguousarray(vectors, dtype="<f4").tobytes())
+                ids.extend(chunk_ids)
+            handle.seek(0)
+            handle.write(_npy_header(len(ids), dimension or 0))
+        check_new_file(output, args.overwrite_output)
+        tmp.replace(output)
+    finally:
+        tmp.unlink(missing_ok=True)
     write_json(id_file, {"model": str(args.model_dir), "normalized": normalized, "ids": ids})
-    logger.info(
-        "wrote %d embeddings (%d dimensions) to %s and %s", len(ids), vectors.shape[1], output, id_file
-    )
+    logger.info("wrote %d embeddings (%d dimensions) to %s and %s", len(ids), dimension, output, id_file)
+
+
+#: Bytes of the ``.npy`` header :func:`_write_npy` writes (a multiple of 64, room for any shape).
+_NPY_HEADER_BYTES = 128
+
+
+def _npy_header(rows: int, dimension: int) -> bytes:
+    """A ``.npy`` version 1.0 header of float32 ``[rows, dimension]``, padded with spaces to
+    :data:`_NPY_HEADER_BYTES` (the format allows it), so it can be written before the row count is
+    known and rewritten in place after.
+
+    Example:
+        >>> import io
+        >>> buffer = io.BytesIO(_npy_header(2, 3) + np.arange(6, dtype="<f4").tobytes())
+        >>> np.load(buffer).tolist()
+        [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    """
+    text = repr({"descr": "<f4", "fortran_order": False, "shape": (rows, dimension)})
+    room = _NPY_HEADER_BYTES - 10  # magic (6), version (2), header length (2)
+    return b"\x93NUMPY\x01\x00" + room.to_bytes(2, "little") + (text.ljust(room - 1) + "\n").encode("latin1")
 
 
 def load_corpus(path: str | Path) -> tuple[np.ndarray, list[str], list[str] | None]:

@@ -12,8 +12,8 @@ import logging
 import torch
 
 from ...collators import PaddingCollator
-from ...data import LINE_COLUMN, Split, resolve_column
-from ...predict import load_for_prediction, run_batches, write_predictions
+from ...data import LINE_COLUMN, resolve_column
+from ...predict import load_for_prediction, run_batches, stream_predictions
 from .args import MLMPredictArguments
 from .text import read_split
 
@@ -93,17 +93,39 @@ def predict_file(args: MLMPredictArguments) -> dict:
         {'predictions': 2, 'without_mask': 0}
     """
     model, tokenizer = load_for_prediction(args, "mlm")
-    dataset = args.read_input(read_split)
-    column = resolve_column(Split("input", args.input_file, dataset), args.text_column, "text")
-    texts = ["" if t is None else str(t) for t in dataset[column]]
-    fills = fill_mask(model, tokenizer, texts, args.top_k, args.batch_size, args.max_length, args.precision)
-    without = sum(1 for f in fills if not f)
-    if without:
-        logger.warning("%d of %d texts hold no mask token (%s)", without, len(texts), tokenizer.mask_token)
-    lines = dataset[LINE_COLUMN] if LINE_COLUMN in dataset.column_names else [None] * len(texts)
-    records = [{"line": line, "text": text, "masks": fill} for line, text, fill in zip(lines, texts, fills)]
-    count = write_predictions(args, records, what="filled texts")
-    return {"predictions": count, "without_mask": without}
+    counts = {"texts": 0, "without": 0}
+
+    def predict_chunk(split) -> list[dict]:  # a chunk of rows (read as predict goes)
+        dataset = split.dataset
+        column = resolve_column(split, args.text_column, "text")
+        texts = ["" if t is None else str(t) for t in dataset[column]]
+        fills = fill_mask(
+            model, tokenizer, texts, args.top_k, args.batch_size, args.max_length, args.precision
+        )
+        counts["texts"] += len(texts)
+        counts["without"] += sum(1 for f in fills if not f)
+        lines = dataset[LINE_COLUMN] if LINE_COLUMN in dataset.column_names else [None] * len(texts)
+        return [{"line": line, "text": text, "masks": fill} for line, text, fill in zip(lines, texts, fills)]
+
+    def summary() -> str:
+        if counts["without"]:
+            logger.warning(
+                "%d of %d texts hold no mask token (%s)",
+                counts["without"],
+                counts["texts"],
+                tokenizer.mask_token,
+            )
+        return "filled texts"
+
+    # JSON lines and CSV/TSV are read as predict goes; .txt documents (one per line, or per
+    # paragraph: the whole file decides) are read by the task's reader into a memory-mapped table.
+    chunks = args.read_input_chunks(read_split, streamed=STREAMED_TABLES_AND_JSONL)
+    count = stream_predictions(args, chunks, predict_chunk, summary)
+    return {"predictions": count, "without_mask": counts["without"]}
+
+
+#: The suffixes ``mlm predict`` streams as the shared reader reads them (``.txt`` is documents).
+STREAMED_TABLES_AND_JSONL = frozenset({".jsonl", ".ndjson", ".csv", ".tsv"})
 
 
 def parse_input(record, where: str, settings=None) -> dict:

@@ -59,27 +59,67 @@ def read_conll(
     """
     path = Path(path)
     text = read_text(path, encoding)
-    rows: list[dict] = []
+    rows = list(conll_sentences(enumerate(text.splitlines(), start=1), str(path), delimiter, column_names))
+    return rows_to_dataset(rows, str(path))
+
+
+def stream_conll(
+    path: str | os.PathLike,
+    delimiter: str = "auto",
+    column_names: list[str] | None = None,
+    encoding: str = "utf-8",
+):
+    """The sentences of :func:`read_conll`, one row dict at a time, the file read line by line
+    (``predict``: memory flat in the file's size). Lines are numbered as :func:`read_conll` numbers
+    them (``str.splitlines``: a form feed or U+2028 inside a ``\\n`` line also ends a line).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "in.conll"
+        >>> _ = p.write_text("John\\nlives\\n\\nParis\\n")
+        >>> [(row["tokens"], row["_line"]) for row in stream_conll(p)]
+        [(['John', 'lives'], 1), (['Paris'], 4)]
+    """
+    from ...data.readers import file_lines
+
+    path = Path(path)
+
+    def lines():
+        number = 0
+        for _, raw in file_lines(path, encoding):
+            for line in raw.splitlines() or [""]:
+                number += 1
+                yield number, line
+
+    yield from conll_sentences(lines(), str(path), delimiter, column_names)
+
+
+def conll_sentences(lines, shown: str, delimiter: str = "auto", column_names: list[str] | None = None):
+    """Sentence rows (``{column: [value per token]}`` plus ``_line``) of numbered CoNLL lines."""
     names = list(column_names) if column_names else None
     width: int | None = None
     current: list[list[str]] = []
     first_line = 0
+    found = False
 
-    def flush():
-        if current:
-            row = {name: [fields[i] for fields in current] for i, name in enumerate(names)}
-            row[LINE_COLUMN] = first_line
-            rows.append(row)
-            current.clear()
+    def sentence():
+        row = {name: [fields[i] for fields in current] for i, name in enumerate(names)}
+        row[LINE_COLUMN] = first_line
+        current.clear()
+        return row
 
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in lines:
         line = raw.rstrip("\r\n")
         if not line.strip():
-            flush()
+            if current:
+                found = True
+                yield sentence()
             continue
         fields = _split_line(line, delimiter)
         if fields[0].strip() == DOCSTART:
-            flush()
+            if current:
+                found = True
+                yield sentence()
             continue
         # Surrounding spaces are layout, not token text (tab-separated files keep inner spaces).
         fields = [f.strip() for f in fields]
@@ -89,21 +129,24 @@ def read_conll(
                 names = default_column_names(width)
             elif len(names) > width:
                 raise UserError(
-                    f"{path} line {number}: --column_names names {len(names)} columns ({', '.join(names)}) "
+                    f"{shown} line {number}: --column_names names {len(names)} columns ({', '.join(names)}) "
                     f"but the line has {width}"
                 )
         expected = width if column_names is None else len(names)
         if len(fields) != width and (column_names is None or len(fields) < expected):
             raise UserError(
-                f"{path} line {number}: expected {width} columns like the first token line, found "
+                f"{shown} line {number}: expected {width} columns like the first token line, found "
                 f"{len(fields)} ({line!r}); columns are separated by tabs, or by spaces in a line without tabs"
             )
         if any(not f for f in fields[: len(names)]):
-            raise UserError(f"{path} line {number}: empty column in {line!r}")
+            raise UserError(f"{shown} line {number}: empty column in {line!r}")
         if not current:
             first_line = number
         current.append(fields)
-    flush()
-    if not rows:
-        raise UserError(f"{path}: no sentences (expected one token per line, a blank line between sentences)")
-    return rows_to_dataset(rows, str(path))
+    if current:
+        found = True
+        yield sentence()
+    if not found:
+        raise UserError(
+            f"{shown}: no sentences (expected one token per line, a blank line between sentences)"
+        )

@@ -17,7 +17,7 @@ import numpy as np
 
 from ...data.loading import Split
 from ...errors import UserError
-from ...predict import load_for_prediction, run_batches, write_predictions
+from ...predict import load_for_prediction, run_batches, stream_predictions
 from .args import NerPredictArguments, NerSettings
 from .decoding import cpu_crf_copy, decode, decoding_mode, entity_probabilities
 from .features import TaggingCollator, featurize, stitch
@@ -168,70 +168,124 @@ def _results(model, tokenizer, texts, sentences, spans, abstain_below=None, **kw
 
 
 def read_inputs(args: NerPredictArguments, settings: NerSettings) -> tuple[list[int | None], list]:
-    """(line per input, inputs): each input is a raw text (str) or a token list.
+    """(line per input, inputs): each input is a raw text (str) or a token list; the whole file
+    (the Ray engine's driver), as :func:`input_chunks` reads it.
 
     ``args`` is resolved against the model (``--tokens_column`` is the training one unless given).
     """
-    from ...data.readers import read_json, read_jsonl, read_text, row_location
-    from .conll import read_conll
+    lines: list[int | None] = []
+    inputs: list = []
+    for chunk_lines, chunk_inputs in input_chunks(args, settings):
+        lines.extend(chunk_lines)
+        inputs.extend(chunk_inputs)
+    return lines, inputs
+
+
+def input_chunks(args: NerPredictArguments, settings: NerSettings, rows: int | None = None):
+    """``(lines, inputs)`` of ``args.input_file``, a chunk of at most ``rows`` inputs at a time
+    (default :func:`encoder_tasks.data.chunks.chunk_rows`): raw text lines, CoNLL sentences and
+    JSON lines are read line by line as the chunks are taken; a JSON array is read whole."""
+    import itertools
+
+    from ...data.chunks import chunk_rows
+    from ...data.readers import file_lines, jsonl_rows, read_json, row_location, rows_to_dataset
+    from .conll import stream_conll
 
     path = Path(args.input_file)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a file, or a pipe: read as it goes
         raise UserError(f"--input_file {path}: no such file")
+    rows = rows or chunk_rows()
     fmt = args.input_format
     suffix = path.suffix.lower()
     if fmt == "auto":
         fmt = "text" if suffix == ".txt" else "json" if suffix in RECORD_SUFFIXES else "conll"
+
+    def numbered_lines():
+        return file_lines(path, args.encoding)
+
+    def chunked(pairs):  # (line, input) pairs -> (lines, inputs) chunks
+        while block := list(itertools.islice(pairs, rows)):
+            yield [line for line, _ in block], [item for _, item in block]
+
     if fmt == "text" and suffix not in RECORD_SUFFIXES:
-        lines = read_text(path, args.encoding).splitlines()
-        rows = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
-        return [n for n, _ in rows], [line for _, line in rows]
+
+        def texts():
+            number = 0
+            for _, raw in numbered_lines():
+                for line in raw.splitlines() or [""]:  # numbered as str.splitlines numbers them
+                    number += 1
+                    if line.strip():
+                        yield number, line
+
+        yield from chunked(texts())
+        return
     spec = args.tokens_column
     prefix = settings.token_prefix
     if fmt in ("conll", "tokens") and suffix not in RECORD_SUFFIXES:
-        split = Split("predict", str(path), args.read_input(reader=read_conll))
-        sentences, _ = read_sentences(split, spec, None, prefix)
-        return list(split.dataset["_line"]), sentences
+        names = [c.strip() for c in args.column_names.split(",")] if args.column_names else None
+        sentences = stream_conll(path, args.delimiter, names, args.encoding)
+        first = 0
+        while block := list(itertools.islice(sentences, rows)):
+            split = Split("predict", str(path), rows_to_dataset(block, str(path)), first_index=first)
+            words, _ = read_sentences(split, spec, None, prefix)
+            yield list(split.dataset["_line"]), words
+            first += len(block)
+        return
     # JSON/JSONL: each record holds raw text or a token list (records may mix the two, so the
     # records are read as they are, not as a table whose columns come from the first one).
-    records = (
-        read_jsonl(path, args.encoding) if suffix in (".jsonl", ".ndjson") else read_json(path, args.encoding)
-    )
+    if suffix in (".jsonl", ".ndjson"):
+        records = ({**record, "_line": line} for line, _, record in jsonl_rows(numbered_lines(), str(path)))
+    else:
+        records = iter(read_json(path, args.encoding))
     token_fields = spec.split("|")
-    inputs: list = []
-    for i, record in enumerate(records):
-        text = record.get(args.text_column) if fmt != "tokens" else None
-        words = next((record[f] for f in token_fields if f in record), None)
-        if isinstance(text, str):
-            inputs.append(text)
-        elif isinstance(words, list) and words and all(isinstance(w, str) and w.strip() for w in words):
-            inputs.append([w[len(prefix) :] if prefix and w.startswith(prefix) else w for w in words])
-        else:
-            raise UserError(
-                f"{row_location(str(path), record.get('_line'), i)}: expected a {args.text_column!r} string or a "
-                f"non-empty {spec!r} list of token strings, found {sorted(k for k in record if k != '_line')}"
-            )
-    return [r.get("_line") for r in records], inputs
+
+    def record_inputs():
+        for i, record in enumerate(records):
+            text = record.get(args.text_column) if fmt != "tokens" else None
+            words = next((record[f] for f in token_fields if f in record), None)
+            if isinstance(text, str):
+                yield record.get("_line"), text
+            elif isinstance(words, list) and words and all(isinstance(w, str) and w.strip() for w in words):
+                yield (
+                    record.get("_line"),
+                    [w[len(prefix) :] if prefix and w.startswith(prefix) else w for w in words],
+                )
+            else:
+                raise UserError(
+                    f"{row_location(str(path), record.get('_line'), i)}: expected a {args.text_column!r} string or "
+                    f"a non-empty {spec!r} list of token strings, found {sorted(k for k in record if k != '_line')}"
+                )
+
+    yield from chunked(record_inputs())
 
 
 def predict_file(args: NerPredictArguments) -> dict:
     """Tag every input of ``input_file``; write JSONL (input order); return a summary.
 
     Each line: ``{"line", "text", "tokens", "tags" (the training data's scheme), "entities":
-    [{"type", "text", "start", "end", "token_start", "token_end", "score"}]}``.
+    [{"type", "text", "start", "end", "token_start", "token_end", "score"}]}``. The input is read,
+    tagged and written a chunk at a time (:func:`input_chunks`,
+    :func:`encoder_tasks.predict.stream_predictions`).
 
     Example:
         >>> predict_file(NerPredictArguments(model_dir="runs/ner", input_file="in.txt",
         ...              output_file="tags.jsonl"))  # doctest: +SKIP
     """
     model, tokenizer = load_for_prediction(args, "ner")
-    lines, inputs = read_inputs(args, model.settings)
-    records_in = [{"text": item} if isinstance(item, str) else {"tokens": item} for item in inputs]
-    results = predict_inputs(model, tokenizer, records_in, args)
-    records = [{"line": line, **result} for line, result in zip(lines, results)]
-    n_entities = sum(len(r["entities"]) for r in records)
-    write_predictions(args, records, f"predictions ({n_entities} entities)")
-    return {"predictions": len(records), "entities": n_entities}
+    found = {"entities": 0}
+
+    def predict_chunk(chunk) -> list[dict]:  # a chunk of inputs (read as predict goes)
+        lines, inputs = chunk
+        records_in = [{"text": item} if isinstance(item, str) else {"tokens": item} for item in inputs]
+        results = predict_inputs(model, tokenizer, records_in, args)
+        found["entities"] += sum(len(r["entities"]) for r in results)
+        return [{"line": line, **result} for line, result in zip(lines, results)]
+
+    chunks = input_chunks(args, model.settings)
+    count = stream_predictions(
+        args, chunks, predict_chunk, lambda: f"predictions ({found['entities']} entities)"
+    )
+    return {"predictions": count, "entities": found["entities"]}
 
 
 def parse_input(record, where: str, settings: NerSettings | None = None) -> dict:

@@ -64,7 +64,8 @@ def read_examples(split: Split, args, need_answers: bool = True) -> Examples:
     c_col = resolve_column(split, args.context_column, "context")
     a_col = resolve_column(split, args.answers_column, "answers") if need_answers else None
     id_col = resolve_column(split, args.id_column, "id", required=False)
-    ids = [str(v) for v in data[id_col]] if id_col else [str(i) for i in range(len(data))]
+    first = split.first_index  # a chunk of a file: ids number the file's rows
+    ids = [str(v) for v in data[id_col]] if id_col else [str(first + i) for i in range(len(data))]
     questions, contexts = data[q_col], data[c_col]
     for index, (question, context) in enumerate(zip(questions, contexts)):
         for value, column in ((question, q_col), (context, c_col)):

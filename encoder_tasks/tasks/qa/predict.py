@@ -175,8 +175,8 @@ def predict_file(args: QAPredictArguments) -> dict:
         >>> predict_file(QAPredictArguments(model_dir="runs/qa", question="Who lives in Paris?",
         ...         context="John Smith lives in Paris."))  # doctest: +SKIP
     """
-    from ...data.loading import Split
-    from ...predict import load_for_prediction, write_predictions
+    from ...data.chunks import STREAMED_SUFFIXES
+    from ...predict import load_for_prediction, stream_predictions, write_predictions
     from .data import read_examples
     from .reading import read_squad
 
@@ -191,15 +191,22 @@ def predict_file(args: QAPredictArguments) -> dict:
         sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
         sys.stdout.flush()
         return {"predictions": 1}
-    split = Split("predict", args.input_file, args.read_input(read_squad))
-    examples = read_examples(split, args, need_answers=False)
-    results = predict_answers(model, tokenizer, examples.questions, examples.contexts, **options, **overrides)
-    records = [
-        {"line": line, "id": qid, "question": q, **_record(r, args.top_k)}
-        for line, qid, q, r in zip(split.dataset["_line"], examples.ids, examples.questions, results)
-    ]
-    write_predictions(args, records, what="answers")
-    unanswered = sum(r["no_answer"] for r in results)
-    if unanswered:
-        logger.info("%d of %d questions answered 'no answer'", unanswered, len(records))
-    return {"predictions": len(records), "no_answer": unanswered}
+    counts = {"no_answer": 0}
+
+    def predict_chunk(split) -> list[dict]:  # a chunk of questions (read as predict goes)
+        examples = read_examples(split, args, need_answers=False)
+        results = predict_answers(
+            model, tokenizer, examples.questions, examples.contexts, **options, **overrides
+        )
+        counts["no_answer"] += sum(r["no_answer"] for r in results)
+        return [
+            {"line": line, "id": qid, "question": q, **_record(r, args.top_k)}
+            for line, qid, q, r in zip(split.dataset["_line"], examples.ids, examples.questions, results)
+        ]
+
+    # JSON lines and tables are read as predict goes; SQuAD JSON (nested articles) is read whole.
+    chunks = args.read_input_chunks(read_squad, streamed=STREAMED_SUFFIXES)
+    count = stream_predictions(args, chunks, predict_chunk, what="answers")
+    if counts["no_answer"]:
+        logger.info("%d of %d questions answered 'no answer'", counts["no_answer"], count)
+    return {"predictions": count, "no_answer": counts["no_answer"]}
