@@ -678,7 +678,9 @@ def parse_args(argv: list[str] | None):
     )
     parser.add_argument("--overload_request_timeout", type=float, default=30.0)
     parser.add_argument(
-        "--overload_flags", default="--max_queue_wait_ms 20", help="`encoder-tasks serve` flags of the overload run"
+        "--overload_flags",
+        default="--max_queue_wait_ms 20",
+        help="`encoder-tasks serve` flags of the overload run",
     )
     parser.add_argument("--note", default="", help="a note kept in the result file (e.g. a shared machine)")
     args = parser.parse_args(argv)

@@ -217,7 +217,9 @@ def test_the_wait_budget_sheds_by_the_work_ahead_not_by_the_count():
     assert answers == [[{"text": "running"}], [{"text": "small"}], [{"text": "big"}]]
     assert batcher.stop(timeout=5)
     shed = parse_metrics(metrics.render())
-    assert any(name == "encoder_tasks_requests_shed_total" and value == 1 for (name, _), value in shed.items())
+    assert any(
+        name == "encoder_tasks_requests_shed_total" and value == 1 for (name, _), value in shed.items()
+    )
 
 
 def test_no_wait_budget_before_the_first_batch_has_run():
