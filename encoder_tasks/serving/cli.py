@@ -112,6 +112,7 @@ def main(argv: list[str]) -> int:
         "batch at a time on every core).",
         "max_inputs_per_request": "Most inputs one request may hold (more: 413; OpenAI's limit).",
         "max_chars_per_input": "Most characters one text of an input may hold (more: 413).",
+        "max_body_bytes": "Most bytes a request body may hold, chunked bodies too (more: 413 as it arrives).",
         "max_request_tokens": "Most tokens one request may compute, every window of a long text counted "
         "(more: 413).",
         "max_top_k": "Highest top_k (candidates per answer) a request may ask for (more: 400).",

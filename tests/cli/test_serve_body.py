@@ -222,3 +222,12 @@ def test_an_unknown_http_parser_is_refused_naming_the_flag():
 
     with pytest.raises(UserError, match="http"):
         ServeOptions(http="gunicorn")
+
+
+def test_the_body_limit_is_the_flag_or_what_the_other_limits_allow():
+    from encoder_tasks.serving.app import ServeOptions, _body_limit
+
+    assert _body_limit(ServeOptions()) == 32 << 20  # below 2,048 x 20,000 characters escaped
+    assert _body_limit(ServeOptions(max_body_bytes=4096)) == 4096
+    small = ServeOptions(max_inputs_per_request=4, max_chars_per_input=1000)
+    assert _body_limit(small) == 4 * (6 * 1000 + 1024) + (1 << 16)  # no request of the limits is larger
