@@ -65,3 +65,41 @@ def test_gold_tags_that_do_not_fit_the_tokens_are_refused_naming_the_record(ner_
     argv = ["ner", "predict", "--model_dir", str(ner_run), "--input_file", str(bad)]
     assert main([*argv, "--output_file", str(tmp_path / "o.jsonl")]) != 0
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_classification_predict_on_a_labelled_file_writes_gold_and_the_accuracy(task_runs, tmp_path, caplog):
+    import csv
+
+    from sklearn.metrics import f1_score as sk_f1
+
+    run = task_runs["classification"]
+    rows = list(csv.DictReader(run.train_file.open()))
+    with caplog.at_level(logging.INFO, logger="encoder_tasks"):
+        records = run_predict("classification", run.model_dir, run.train_file, tmp_path / "out.jsonl")
+    assert [r["gold"] for r in records] == [row["label"] for row in rows]
+    accuracy = sum(r["label"] == r["gold"] for r in records) / len(records)
+    macro = sk_f1(
+        [r["gold"] for r in records], [r["label"] for r in records], average="macro", zero_division=0
+    )
+    said = [m for m in caplog.messages if "holds 'label'" in m]
+    assert len(said) == 1 and f"accuracy {accuracy:.4f}, macro F1 {macro:.4f}" in said[0], caplog.messages
+    assert "--write_predictions" in said[0]
+    # an input without the label column is written as before
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="encoder_tasks"):
+        plain = run_predict("classification", run.model_dir, run.predict_file, tmp_path / "plain.jsonl")
+    assert all("gold" not in r for r in plain) and "accuracy" not in caplog.text
+
+
+def test_pair_predict_on_a_scored_file_writes_gold_and_the_correlations(task_runs, tmp_path, caplog):
+    from scipy.stats import spearmanr
+
+    from tests.samples import STS_COLUMNS, sts_lines
+
+    run = task_runs["pair"]
+    with caplog.at_level(logging.INFO, logger="encoder_tasks"):
+        records = run_predict("pair", run.model_dir, run.train_file, tmp_path / "out.jsonl", *STS_COLUMNS)
+    gold = [float(line.split("\t")[4]) for line in sts_lines()]
+    assert [r["gold"] for r in records] == gold
+    rho = spearmanr([r["score"] for r in records], gold).statistic
+    assert any(f"Spearman {rho:.4f}" in m and "holds 'score'" in m for m in caplog.messages), caplog.messages
