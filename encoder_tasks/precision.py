@@ -14,7 +14,7 @@ import contextlib
 
 import torch
 
-from . import training_args
+from . import devices
 from .errors import check_choice
 
 #: ``--precision`` of every inference path.
@@ -24,7 +24,7 @@ PRECISIONS = ("auto", "fp32", "bf16")
 def bf16_pays_off(device_type: str) -> bool:
     """Whether ``--precision auto`` predicts in bf16 on a device of this type.
 
-    Where bf16 is native (:func:`encoder_tasks.training_args.native_bf16_available`: a bf16 GPU or
+    Where bf16 is native (:func:`encoder_tasks.devices.native_bf16_available`: a bf16 GPU or
     Intel XPU, a CPU with AVX512-BF16 or AMX), except a CPU without AMX: there bf16 matmuls run
     on AVX-512 and lost to fp32 in every measurement (MiniLM encode, torch bf16 autocast 0.72x
     fp32, ``benchmarks/results/backends-20261201-163838.json``; sentence-transformers bf16 0.62x,
@@ -32,9 +32,9 @@ def bf16_pays_off(device_type: str) -> bool:
     ``openvino-20261201-164304.json``), while with AMX the toolkit's bf16 predict was 2.2x its
     fp32 (``predict-20261130-135821.json``, on an AMX machine).
     """
-    if not training_args.native_bf16_available(use_cpu=device_type == "cpu"):
+    if not devices.native_bf16_available(use_cpu=device_type == "cpu"):
         return False
-    return device_type != "cpu" or training_args.cpu_has_amx()
+    return device_type != "cpu" or devices.cpu_has_amx()
 
 
 def uses_bf16(device: torch.device | str, precision: str = "auto") -> bool:

@@ -69,7 +69,7 @@ def inference_device() -> torch.device:
 
     ``ENCODER_TASKS_DEVICE`` (``cpu``, ``cuda:1``...) chooses one explicitly.
     """
-    from .training_args import available_accelerator  # the one detection training uses too
+    from .devices import available_accelerator  # the one detection training uses too
 
     chosen = os.environ.get("ENCODER_TASKS_DEVICE")
     if chosen:

@@ -194,7 +194,8 @@ def train(task_name: str | Task, model_args, data_args, task_args, training_args
 
     from .adapters import merge_model_lora
     from .reporting.run_report import report_run
-    from .reporting.tracking import JsonLinesLogger, PredictionRecorder
+    from .reporting.tracking import PredictionRecorder
+    from .reporting.training_log import JsonLinesLogger
     from .saved import task_named
 
     # A Task object trains as itself (distillation wraps the registered task's hooks).

@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "core",
         (
-            "errors", "log", "runtime", "metrics", "collators", "checkpoints", "outputs", "data",
+            "errors", "log", "runtime", "devices", "metrics", "collators", "checkpoints", "outputs", "data",
             "inputs", "artifact", "settings", "testing", "adapters", "padding_free", "token_batches", "diagnosis",
             "reporting", "reporting.tracking", "reporting.model_card",
         ),

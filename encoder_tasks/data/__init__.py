@@ -3,10 +3,11 @@ column resolution, and the JSON writers."""
 
 from .columns import column_texts, resolve_column
 from .loading import Split, load_splits, resolve_data_path
-from .readers import LINE_COLUMN, read_file, row_location
+from .readers import AFTER_COLUMN, LINE_COLUMN, read_file, row_location
 from .writers import check_new_file, unique_path, write_json, write_jsonl
 
 __all__ = [
+    "AFTER_COLUMN",
     "LINE_COLUMN",
     "Split",
     "check_new_file",

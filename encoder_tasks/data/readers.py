@@ -20,6 +20,9 @@ from ..errors import UserError
 
 #: Column holding each row's line number in its source file (1-based).
 LINE_COLUMN = "_line"
+#: Column of an input row (``predict --engine ray``) holding, as JSON text, fields written after
+#: its prediction: what the input itself says (NER's gold tags), as ``predict`` writes them.
+AFTER_COLUMN = "_after"
 
 TABLE_SUFFIXES = {".csv", ".tsv", ".txt"}
 JSON_SUFFIXES = {".json"}

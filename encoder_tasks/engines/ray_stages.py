@@ -29,7 +29,7 @@ import json
 import os
 from typing import Any
 
-from ..data import LINE_COLUMN, Split, resolve_column
+from ..data import AFTER_COLUMN, LINE_COLUMN, Split, resolve_column
 from ..data.readers import row_location, rows_to_dataset
 from ..errors import UserError
 
@@ -56,6 +56,9 @@ def input_columns(
         leads = [{"id": i} for i in _ids(split, args, lines, first_index, split.source if several else None)]
     else:
         leads = [{"file": split.source, "line": line} if several else {"line": line} for line in lines]
+    if AFTER_COLUMN in names:  # fields of the input written after its prediction (NER's gold tags)
+        for lead, after in zip(leads, split.dataset[AFTER_COLUMN]):
+            lead[AFTER_COLUMN] = json.loads(after) if after else {}
     return {
         "file": [split.source] * count,
         "line": lines,
@@ -111,8 +114,12 @@ class Replica:
                 raise UserError(str(error)) from None
         predictions = self.predictor.predict(inputs)
         leads = [json.loads(row["lead"]) for row in rows]
+        afters = [lead.pop(AFTER_COLUMN, {}) for lead in leads]
         if not self.vectors:
-            lines = [json.dumps({**lead, **p}, ensure_ascii=False) for lead, p in zip(leads, predictions)]
+            lines = [
+                json.dumps({**lead, **p, **after}, ensure_ascii=False)
+                for lead, p, after in zip(leads, predictions, afters)
+            ]
             return pa.table({"json": lines})
         normalized = bool(settings.get("normalize", True)) if settings is not None else True
         return pa.table(

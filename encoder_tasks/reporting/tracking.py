@@ -1,7 +1,8 @@
 """Training, seen: metrics as JSON lines, the last evaluation's predictions, progress bars.
 
-- :class:`JsonLinesLogger` appends every Trainer log (loss, learning rate, eval metrics) to
-  ``<output_dir>/log.jsonl``, one JSON object per line, readable while the run goes on
+- :class:`~encoder_tasks.reporting.training_log.JsonLinesLogger` (a module of its own: it is a
+  transformers ``TrainerCallback``, and ``predict``'s progress bars must not import the Trainer)
+  appends every Trainer log (loss, learning rate, eval metrics) to ``<output_dir>/log.jsonl``, one JSON object per line, readable while the run goes on
   (``tail -f``) and by :mod:`encoder_tasks.reporting.plots` afterwards. TensorBoard, W&B, MLflow...
   are the Trainer's own integrations: ``--report_to tensorboard`` (with the ``tensorboard``
   extra installed) writes event files under ``<output_dir>/runs``.
@@ -26,7 +27,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from transformers import TrainerCallback
 
 LOG_FILE = "log.jsonl"
 PREDICTIONS_FILE = "eval_predictions.npz"
@@ -44,38 +44,6 @@ def _jsonable(value):
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return value
-
-
-class JsonLinesLogger(TrainerCallback):
-    """Append each Trainer log to ``<output_dir>/log.jsonl`` (main process only).
-
-    Every line holds ``step``, ``epoch``, ``time`` (seconds since the run started) and the
-    logged values, e.g. ``{"step": 50, "epoch": 0.4, "loss": 0.61, "learning_rate": 4e-05}``.
-    A resumed run appends to the same file.
-    """
-
-    def __init__(self, filename: str = LOG_FILE):
-        self.filename = filename
-        self._start = None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        import time
-
-        self._start = time.time()
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not args.output_dir or not logs:
-            return
-        import time
-
-        record = {"step": state.global_step, "epoch": state.epoch}
-        if self._start is not None:
-            record["time"] = round(time.time() - self._start, 3)
-        record.update(_jsonable(logs))
-        path = Path(args.output_dir) / self.filename
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
 
 
 def read_log(run_dir: str | os.PathLike) -> list[dict]:

@@ -86,3 +86,56 @@ def test_an_existing_file_is_never_overwritten(task_runs, tmp_path):
             )
         )
     assert out.read_text() == "keep me\n"
+
+
+def test_embedding_sts_records_give_each_pair_its_cosine_and_ranks(task_runs, tmp_path, caplog):
+    from scipy.stats import spearmanr
+
+    from tests.samples import SCORED_PAIRS
+
+    run = task_runs["embedding"]
+    records, _ = evaluate("embedding", run.model_dir, run.train_file, tmp_path / "p.jsonl", caplog)
+    assert [(r["kind"], r["anchor"], r["positive"], r["gold"]) for r in records] == [
+        ("pair", a, b, s) for a, b, s in SCORED_PAIRS
+    ]
+    metrics = read_jsonl_metrics(run.model_dir)
+    rho = spearmanr([r["gold"] for r in records], [r["prediction"] for r in records]).statistic
+    assert rho == pytest.approx(metrics["eval_cosine_spearman"], abs=1e-6)
+    # the ranks are those Spearman correlates: 1 = the most similar pair
+    best = max(records, key=lambda r: r["prediction"])
+    assert best["predicted_rank"] == 1.0 and min(r["gold_rank"] for r in records) == 1.0
+    assert all(r["rank_error"] == r["predicted_rank"] - r["gold_rank"] for r in records)
+    assert all("correct" not in r for r in records)  # a pair is not right or wrong on its own
+
+
+def test_embedding_retrieval_records_rank_each_query_as_the_metrics(task_runs, tmp_path, caplog):
+    run = task_runs["embedding"]
+    out = tmp_path / "p.jsonl"
+    flags = ["--evaluation", "retrieval", "--positive_min_score", "3", "--write_predictions", str(out)]
+    with caplog.at_level(logging.INFO, logger="encoder_tasks"):
+        assert main(evaluate_argv("embedding", run.model_dir, run.train_file, *flags)) == 0
+    records = read_jsonl(out)
+    metrics = read_jsonl_metrics(run.model_dir)
+    assert {r["kind"] for r in records} == {"query"} and len(records) == metrics["eval_queries"]
+    assert sum(r["correct"] for r in records) / len(records) == pytest.approx(metrics["eval_recall@1"])
+    mrr = sum(1 / r["first_relevant_rank"] for r in records if r["first_relevant_rank"]) / len(records)
+    assert mrr == pytest.approx(metrics["eval_mrr@10"])
+    for r in records:
+        assert r["query"] not in [hit["text"] for hit in r["retrieved"]]  # a query never finds itself
+        scores = [hit["score"] for hit in r["retrieved"]]
+        assert scores == sorted(scores, reverse=True)
+        if r["first_relevant_rank"]:
+            assert r["retrieved"][r["first_relevant_rank"] - 1]["text"] in r["relevant"]
+
+
+def test_mlm_records_one_per_masked_token_as_the_metrics(task_runs, tmp_path, caplog):
+    run = task_runs["mlm"]
+    records, said = evaluate("mlm", run.model_dir, run.train_file, tmp_path / "p.jsonl", caplog)
+    metrics = read_jsonl_metrics(run.model_dir)
+    assert len(records) == metrics["eval_masked_tokens"] > 0
+    assert sum(r["correct"] for r in records) / len(records) == pytest.approx(metrics["eval_masked_accuracy"])
+    assert sum(r["nll"] for r in records) / len(records) == pytest.approx(
+        metrics["eval_masked_loss"], abs=1e-5
+    )
+    assert all(r["correct"] == (r["gold"] == r["prediction"]) and "[MASK]" in r["context"] for r in records)
+    assert f"wrote {len(records)} predictions" in said

@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers
 
-from encoder_tasks import training_args
+from encoder_tasks import devices, training_args
 from encoder_tasks.config import parse_args
 from encoder_tasks.predict import autocast_for, inference_device
 from encoder_tasks.training_args import EncoderTrainingArguments
@@ -29,7 +29,7 @@ def machine(monkeypatch):
         monkeypatch.setattr(torch.xpu, "is_available", lambda: accelerator == "xpu")
         monkeypatch.setattr(torch.xpu, "is_bf16_supported", lambda *a, **k: bf16)
         # The CPU's own bf16 support must not decide what an accelerator gets.
-        monkeypatch.setattr(training_args, "_cpu_has_bf16", lambda: False, raising=False)
+        monkeypatch.setattr(devices, "_cpu_has_bf16", lambda: False)
         clear_caches()
 
     yield make
@@ -39,7 +39,7 @@ def machine(monkeypatch):
 def clear_caches():
     """Forget what bf16 support was found (it is cached per device type)."""
     for name in ("native_bf16_on", "native_bf16_available"):
-        getattr(getattr(training_args, name, None), "cache_clear", lambda: None)()
+        getattr(getattr(devices, name, None), "cache_clear", lambda: None)()
 
 
 def train_args(*flags):

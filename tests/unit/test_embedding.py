@@ -256,3 +256,37 @@ def test_sentence_transformers_6_layout_is_read(tmp_path):
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "lasttoken"}))
     with pytest.raises(UserError, match="is not one of cls, mean, max"):
         read_sentence_transformers_pooling(tmp_path)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert"])
+def test_sentence_transformers_loads_the_export_silently_and_equal(tmp_path, tiny_models, family):
+    """The encoder is saved without the pooler no head uses; the layout asks sentence-transformers
+    to build none (``model_args``), so loading reports no "MISSING ... newly initialized" weights
+    (transformers prints that report at its default verbosity: a fresh process loads it here)."""
+    import subprocess
+    import sys
+
+    st = pytest.importorskip("sentence_transformers")
+    from encoder_tasks.commands.export import export_model
+    from tests.helpers import REPO, subprocess_env
+
+    model, out = _saved(tmp_path, tiny_models, family, pooling="mean", normalize=True)
+    export_model(out, tmp_path / "st")
+    code = (
+        f"import sentence_transformers as st; st.SentenceTransformer({str(tmp_path / 'st')!r}, device='cpu')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=subprocess_env(TRANSFORMERS_VERBOSITY="warning"),  # what a user sees (the suite runs at error)
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    assert "MISSING" not in said and "LOAD REPORT" not in said and "newly initialized" not in said, said
+    texts = ["the film was good and fun", "john lives in paris", "a"]
+    theirs = st.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts, convert_to_numpy=True)
+    ours = np.asarray(encode_texts(model, load_tokenizer(out), texts))
+    np.testing.assert_allclose(theirs, ours, atol=1e-6, rtol=0)

@@ -148,3 +148,25 @@ def test_output_layers_stay_fp32_under_bf16_autocast(tiny_models):
         assert logits.dtype == torch.float32, type(head).__name__
         # Not bf16 values widened to fp32: some value needs more than bf16's 8-bit mantissa.
         assert not torch.equal(logits, logits.to(torch.bfloat16).float()), type(head).__name__
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_saved_model_reloads_with_the_buffers_a_fresh_encoder_has(tiny_models, tmp_path, family):
+    """Reloading skips the random draw of weights the saved ones replace; what is not a weight
+    (position ids, rotary tables) is built as transformers builds it, and the weights equal the
+    saved ones exactly."""
+    from transformers import AutoConfig, AutoModel
+
+    path = tiny_models[family]
+    model = SequenceClassifier(load_encoder(path), num_labels=2, pooling="cls")
+    model.settings = ClassificationSettings(label_names=["a", "b"], pooling="cls")
+    model.save_pretrained(tmp_path / "m")
+    loaded = EncoderWithHead.from_pretrained(tmp_path / "m")
+    fresh = dict(AutoModel.from_config(AutoConfig.from_pretrained(tmp_path / "m")).named_buffers())
+    buffers = dict(loaded.encoder.named_buffers())
+    assert buffers.keys() == fresh.keys()
+    for name, value in fresh.items():
+        assert torch.equal(buffers[name], value), name
+    saved = model.state_dict()
+    for name, value in loaded.state_dict().items():
+        assert torch.equal(value, saved[name]), name

@@ -14,7 +14,7 @@ def test_precision_choices():
 
 
 def test_auto_follows_hardware(monkeypatch):
-    from encoder_tasks import training_args
+    from encoder_tasks import devices
 
     a = torch.randn(4, 4)
     # bf16 on a CPU only with AMX: AVX512-BF16 alone lost to fp32 (encoder_tasks.precision).
@@ -23,8 +23,8 @@ def test_auto_follows_hardware(monkeypatch):
         (True, False, torch.float32),
         (False, True, torch.float32),
     ):
-        monkeypatch.setattr(training_args, "native_bf16_available", lambda use_cpu=False, n=native: n)
-        monkeypatch.setattr(training_args, "cpu_has_amx", lambda a=amx: a)
+        monkeypatch.setattr(devices, "native_bf16_available", lambda use_cpu=False, n=native: n)
+        monkeypatch.setattr(devices, "cpu_has_amx", lambda a=amx: a)
         with autocast_for("cpu", "auto"):
             assert (a @ a).dtype == dtype
 
@@ -37,7 +37,7 @@ def test_bad_precision():
 def test_prediction_stores_encoder_weights_in_bf16_only_when_it_computes_in_bf16(monkeypatch):
     from torch import nn
 
-    from encoder_tasks import training_args
+    from encoder_tasks import devices
     from encoder_tasks.heads import full_precision
     from encoder_tasks.predict import cast_encoder_for_inference
 
@@ -59,8 +59,8 @@ def test_prediction_stores_encoder_weights_in_bf16_only_when_it_computes_in_bf16
         ("auto", True, torch.bfloat16),
         ("bf16", False, torch.bfloat16),
     ):
-        monkeypatch.setattr(training_args, "native_bf16_available", lambda use_cpu=False, n=native: n)
-        monkeypatch.setattr(training_args, "cpu_has_amx", lambda: True)
+        monkeypatch.setattr(devices, "native_bf16_available", lambda use_cpu=False, n=native: n)
+        monkeypatch.setattr(devices, "cpu_has_amx", lambda: True)
         model = Model()
         model.load_state_dict(reference.state_dict())
         cast_encoder_for_inference(model, precision)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...collators import PaddingCollator
-from ...data import resolve_column
+from ...data import Split, resolve_column
 from ...data.columns import column_texts
 from ...errors import UserError
 from ...metrics import softmax
@@ -153,7 +153,9 @@ def describe_prediction(
 def predict_file(args: ClassificationPredictArguments, task_name: str = "classification") -> dict:
     """Predict every row of ``input_file``; write JSON lines (input order); return a summary.
 
-    Columns and ``max_length`` left unset take the values the model was trained with.
+    Columns and ``max_length`` left unset take the values the model was trained with. Where the
+    input has the training's label column, each record adds ``"gold"`` (the row's label, label
+    list or score) and the summary the scores :func:`score_against_labels` logs.
 
     Example:
         >>> predict_file(ClassificationPredictArguments(model_dir="runs/sst2", input_file="new.tsv",
@@ -161,9 +163,14 @@ def predict_file(args: ClassificationPredictArguments, task_name: str = "classif
     """
     model, tokenizer = load_for_prediction(args, task_name)
     totals = {"inputs": 0, "long": 0, "pairs": False}
+    settings = model.settings
+    # A labelled input: each row's gold written beside its prediction, the score said at the end
+    # (what is kept for it is the few fields scoring reads, not the records).
+    labelled: dict = {"column": None, "results": [], "gold": []}
 
     def predict_chunk(split) -> list[dict]:  # a chunk of rows (read as predict goes)
-        texts = column_texts(split, resolve_column(split, args.text_column or "text", "text"))
+        text_col = resolve_column(split, args.text_column or "text", "text")
+        texts = column_texts(split, text_col)
         pair_col = resolve_column(split, args.text_pair_column, "text_pair")
         pairs = column_texts(split, pair_col) if pair_col else None
         inputs = (
@@ -175,7 +182,20 @@ def predict_file(args: ClassificationPredictArguments, task_name: str = "classif
         totals["inputs"] += len(texts)
         totals["long"] += long_count
         totals["pairs"] = pairs is not None
-        return [{"line": line, **result} for line, result in zip(split.dataset["_line"], results)]
+        records = [{"line": line, **result} for line, result in zip(split.dataset["_line"], results)]
+        label_col = _label_column(split, settings, exclude={text_col, pair_col})
+        if label_col is not None:
+            from .labels import read_labels
+
+            gold = read_labels(split, label_col, settings.problem_type, settings.label_separator)
+            for record, value in zip(records, gold):
+                record["gold"] = value
+            labelled["column"] = label_col
+            labelled["results"] += [
+                {k: r[k] for k in ("label", "labels", "score") if k in r} for r in results
+            ]
+            labelled["gold"] += list(gold)
+        return records
 
     def summary() -> str:  # once every chunk is written: counts over the whole input
         if not totals["long"]:
@@ -188,7 +208,58 @@ def predict_file(args: ClassificationPredictArguments, task_name: str = "classif
         return f"predictions ({totals['long']} long inputs {'windowed' if windowed else 'truncated'})"
 
     count = stream_predictions(args, args.read_input_chunks(), predict_chunk, summary)
-    return {"predictions": count, "long_inputs": totals["long"]}
+    found = {"predictions": count, "long_inputs": totals["long"]}
+    if labelled["column"] is not None:
+        found.update(
+            score_against_labels(
+                args.input_file, labelled["column"], labelled["results"], labelled["gold"], settings
+            )
+        )
+    return found
+
+
+def _label_column(split: Split, settings: ClassificationSettings, exclude) -> str | None:
+    """The training's label column where the input has it (and it is not a text column), else None."""
+    names = split.dataset.column_names
+    wanted = (settings.label_column or "label").split("|") if settings is not None else ["label"]
+    return next((c for c in wanted if c in names and c not in exclude), None)
+
+
+def score_against_labels(source: str, column: str, results: list[dict], gold: list, settings) -> dict:
+    """Predictions of a labelled input scored against its ``column``, as ``evaluate`` scores them
+    (single-label: accuracy and macro F1, an abstention counting as wrong; multi-label: the share of
+    rows whose label set is exactly right; regression: Pearson and Spearman), said in one line.
+
+    Example:
+        >>> s = ClassificationSettings(label_names=["neg", "pos"])
+        >>> score_against_labels("in.csv", "label", [{"label": "pos"}, {"label": "pos"}], ["pos", "neg"], s)
+        {'accuracy': 0.5, 'macro_f1': 0.3333333333333333}
+    """
+    from ...metrics import classification_metrics, regression_metrics
+
+    hint = (
+        f"`evaluate --model_name_or_path RUN --validation_file {source} --write_predictions OUT.jsonl` "
+        "adds the per-label table"
+    )
+    if settings.problem_type == "regression":
+        metrics = regression_metrics([r["score"] for r in results], gold)
+        found = {"pearson": metrics["pearson"], "spearman": metrics["spearman"]}
+        said = f"Pearson {found['pearson']:.4f}, Spearman {found['spearman']:.4f}"
+    elif settings.problem_type == "multi_label":
+        exact = float(np.mean([sorted(r["labels"]) == sorted(g) for r, g in zip(results, gold)]))
+        found = {"exact_match": exact}
+        said = f"exact label sets {exact:.4f}"
+    else:
+        index = {name: i for i, name in enumerate(settings.label_names)}
+        outside = len(settings.label_names)  # a label the model never saw, or an abstention: wrong
+        predicted = [index.get(r.get("label"), -1) for r in results]
+        metrics = classification_metrics(
+            predicted, [index.get(g, outside) for g in gold], settings.label_names
+        )
+        found = {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"]}
+        said = f"accuracy {found['accuracy']:.4f}, macro F1 {found['macro_f1']:.4f}"
+    logger.info("%s holds %r: %s over %d rows (%s)", source, column, said, len(gold), hint)
+    return found
 
 
 def parse_input(record, where: str, settings: ClassificationSettings | None) -> dict:

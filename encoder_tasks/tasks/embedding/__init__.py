@@ -90,6 +90,12 @@ class EmbeddingTask(Task):
 
         return EmbeddingTrainer
 
+    def evaluation_records(self, split, prepared, predictions, label_ids):
+        """Per pair (STS) and per query (retrieval): :func:`.evaluation.evaluation_records`."""
+        from .evaluation import evaluation_records
+
+        return evaluation_records(predictions or {})
+
     def predict(self, args) -> dict:
         from .predict import predict_file
 

@@ -26,6 +26,7 @@ from ...heads import EncoderWithHead, Pooler, _is_tied_copy
 from .args import SCORED_LOSSES, EmbeddingSettings
 from .losses import build_loss
 from .st_layout import (
+    pooler_free_model_args,
     read_max_seq_length,
     read_sentence_transformers_pooling,
     write_sentence_transformers_files,
@@ -170,6 +171,7 @@ class BiEncoder(EncoderWithHead):
             pooling=self.pooler.mode,
             normalize=self.normalize,
             max_seq_length=int(self.settings.max_length or 256),
+            model_args=pooler_free_model_args(self.encoder),
         )
 
     def load_weights(self, path) -> None:

@@ -15,9 +15,20 @@ from ...errors import UserError
 
 
 def write_sentence_transformers_files(
-    output_dir, hidden_size: int, pooling: str, normalize: bool, max_seq_length: int
+    output_dir,
+    hidden_size: int,
+    pooling: str,
+    normalize: bool,
+    max_seq_length: int,
+    model_args: dict | None = None,
 ) -> None:
-    """``modules.json`` (Transformer at the top level, Pooling, Normalize) and their configs."""
+    """``modules.json`` (Transformer at the top level, Pooling, Normalize) and their configs.
+
+    ``model_args`` are the keyword arguments sentence-transformers passes to the encoder's
+    ``from_pretrained`` (``sentence_bert_config.json``'s ``model_args``): ``{"add_pooling_layer":
+    False}`` for an encoder saved without the pooler it never uses, so that loading builds none
+    and reports no "MISSING ... newly initialized" weights (:func:`pooler_free_model_args`).
+    """
     out = Path(output_dir)
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -42,7 +53,11 @@ def write_sentence_transformers_files(
     files = {
         out / "modules.json": modules,
         out / "1_Pooling" / "config.json": pooling_config,
-        out / "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": False},
+        out / "sentence_bert_config.json": {
+            "max_seq_length": max_seq_length,
+            "do_lower_case": False,
+            **({"model_args": dict(model_args)} if model_args else {}),
+        },
         out / "config_sentence_transformers.json": {
             "prompts": {},
             "default_prompt_name": None,
@@ -51,6 +66,30 @@ def write_sentence_transformers_files(
     }
     for path, data in files.items():
         write_json(path, data)
+
+
+def pooler_free_model_args(encoder) -> dict:
+    """``{"add_pooling_layer": False}`` where ``encoder`` (a transformers model) was built with a
+    pooler it does not keep (the toolkit drops BERT's and RoBERTa's: no head uses them) and its
+    class can be built without one; ``{}`` otherwise (DistilBERT has no pooler to leave out).
+
+    Example:
+        >>> from encoder_tasks.backbone import load_encoder
+        >>> from encoder_tasks.testing import make_tiny_model
+        >>> encoder = load_encoder(make_tiny_model("bert"))
+        >>> encoder.pooler = None
+        >>> pooler_free_model_args(encoder)
+        {'add_pooling_layer': False}
+    """
+    import inspect
+
+    try:
+        accepted = inspect.signature(type(encoder).__init__).parameters
+    except (TypeError, ValueError):
+        return {}
+    if "add_pooling_layer" in accepted and getattr(encoder, "pooler", None) is None:
+        return {"add_pooling_layer": False}
+    return {}
 
 
 def read_sentence_transformers_pooling(path) -> tuple[str, bool] | None:

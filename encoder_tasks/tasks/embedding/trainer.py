@@ -118,9 +118,20 @@ class EmbeddingTrainer(EncoderTaskTrainer):
             raise UserError("evaluation needs --validation_file")
         model = self.accelerator.unwrap_model(self.model)
         start = time.perf_counter()
+        # ``evaluate --write_predictions`` hands a recorder (encoder_tasks.run.evaluate): it keeps
+        # what each pair and query got, as the other tasks' recorders keep their predictions.
+        recorder = self.compute_metrics
+        details: dict | None = {} if recorder is not None else None
         raw = evaluate_embeddings(
-            model, self.processing_class, dataset, self.task_settings, self.args.per_device_eval_batch_size
+            model,
+            self.processing_class,
+            dataset,
+            self.task_settings,
+            self.args.per_device_eval_batch_size,
+            details,
         )
+        if recorder is not None:
+            recorder.predictions = details
         metrics = {f"{metric_key_prefix}_{k}": v for k, v in raw.items()}
         metrics[f"{metric_key_prefix}_runtime"] = time.perf_counter() - start
         self.log(metrics)

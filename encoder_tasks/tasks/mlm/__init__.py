@@ -69,6 +69,14 @@ class MLMTask(Task):
 
         return MLMTrainer
 
+    def evaluation_records(self, split, prepared, predictions, label_ids):
+        """Per masked position: :func:`.metrics.evaluation_records` (the tokenizer is the one the
+        prepared collator masks with)."""
+        from .metrics import evaluation_records
+
+        tokenizer = prepared.collator(None).tokenizer
+        return evaluation_records(prepared.eval, tokenizer, predictions, label_ids)
+
     def predict(self, args) -> dict[str, Any]:
         from .predict import predict_file
 

@@ -64,3 +64,48 @@ def compute_metrics(eval_pred) -> dict:
         # A model that predicts one token for every mask is told apart (encoder_tasks.diagnosis).
         "distinct_predictions": int(len(np.unique(preds[:, 0].astype(np.int64)))),
     }
+
+
+def evaluation_records(blocks, tokenizer, predictions, label_ids, context: int = 8) -> list[dict]:
+    """``evaluate --write_predictions``: one record per masked position of the evaluation
+    ``blocks`` (the prepared evaluation rows, in dataset order): the block and the position in it,
+    the gold token, the top prediction, whether they are equal (what ``masked_accuracy`` counts),
+    the negative log-likelihood of the gold token (what ``masked_loss`` averages), and ``context``
+    tokens either side of the position (``[MASK]`` in its place; the model saw the evaluation's
+    fixed masks, of which this is one).
+
+    Example:
+        >>> from encoder_tasks.testing import make_tiny_tokenizer
+        >>> tok = make_tiny_tokenizer()
+        >>> ids = tok("john lives in paris", add_special_tokens=False)["input_ids"]
+        >>> preds = np.zeros((1, len(ids), 2)); preds[0, 1] = [ids[1], 0.25]
+        >>> labels = np.full((1, len(ids)), IGNORE_INDEX); labels[0, 1] = ids[1]
+        >>> record = evaluation_records([{"input_ids": ids}], tok, preds, labels)[0]
+        >>> record["gold"] == record["prediction"], record["correct"], record["nll"]
+        (True, True, 0.25)
+    """
+    predictions = np.asarray(predictions[0] if isinstance(predictions, tuple) else predictions)
+    labels = np.asarray(label_ids)
+    if len(labels) != len(blocks):
+        raise ValueError(f"{len(labels)} evaluated rows for {len(blocks)} evaluation blocks")
+    mask = tokenizer.mask_token or "[MASK]"
+    records = []
+    for row, block in enumerate(blocks):
+        ids = list(block["input_ids"])
+        for position in np.flatnonzero(labels[row] != IGNORE_INDEX):
+            gold = int(labels[row, position])
+            predicted = int(predictions[row, position, 0])
+            left = tokenizer.decode(ids[max(0, position - context) : position], skip_special_tokens=True)
+            right = tokenizer.decode(ids[position + 1 : position + 1 + context], skip_special_tokens=True)
+            records.append(
+                {
+                    "block": row,
+                    "position": int(position),
+                    "context": " ".join(part for part in (left, mask, right) if part),
+                    "gold": tokenizer.convert_ids_to_tokens(gold),
+                    "prediction": tokenizer.convert_ids_to_tokens(predicted),
+                    "correct": gold == predicted,
+                    "nll": round(float(predictions[row, position, 1]), 6),
+                }
+            )
+    return records

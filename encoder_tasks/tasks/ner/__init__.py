@@ -109,16 +109,22 @@ class NerTask(Task):
 
     def read_input_split(self, args, settings):
         """CoNLL sentences and JSON records read by ``predict``'s own reader (text or tokens, the
-        token prefix stripped), one row per input."""
-        from ...data import LINE_COLUMN, Split
-        from ...data.readers import rows_to_dataset
-        from .predict import read_inputs
+        token prefix stripped), one row per input; gold tags, where the input has them, ride in
+        the row's ``AFTER_COLUMN``, written after the prediction."""
+        import json
 
-        lines, inputs = read_inputs(args, settings)
+        from ...data import AFTER_COLUMN, LINE_COLUMN, Split
+        from ...data.readers import rows_to_dataset
+        from .predict import GOLD_FIELD, read_labelled_inputs
+
+        lines, inputs, gold = read_labelled_inputs(args, settings)
         rows = [
             {"text" if isinstance(x, str) else "tokens": x, LINE_COLUMN: line}
             for line, x in zip(lines, inputs)
         ]
+        if gold is not None:  # written after each prediction, as predict writes them
+            for row, tags in zip(rows, gold):
+                row[AFTER_COLUMN] = json.dumps({GOLD_FIELD: tags}, ensure_ascii=False)
         return Split("predict", args.input_file, rows_to_dataset(rows, args.input_file))
 
     def stock_model(self, model):

@@ -134,8 +134,8 @@ class NerArguments:
 @dataclass
 class NerPredictArguments(PredictArguments):
     """Prediction settings for tagging. Input: a CoNLL file (tokens; tags, if present, are
-    ignored), JSON/JSONL with a ``text`` field (raw text) or a token list, or a .txt file
-    with one raw text per line."""
+    written beside the predicted ones and scored), JSON/JSONL with a ``text`` field (raw text)
+    or a token list (with tags, likewise), or a .txt file with one raw text per line."""
 
     input_format: str = field(
         default="auto",

@@ -27,6 +27,9 @@ from .text import join_words, split_words
 
 logger = logging.getLogger(__name__)
 
+#: The field of a prediction record that holds the input's own tags, where it has them.
+GOLD_FIELD = "gold_tags"
+
 
 def predict_sentences(
     model,
@@ -168,23 +171,37 @@ def _results(model, tokenizer, texts, sentences, spans, abstain_below=None, **kw
 
 
 def read_inputs(args: NerPredictArguments, settings: NerSettings) -> tuple[list[int | None], list]:
-    """(line per input, inputs): each input is a raw text (str) or a token list; the whole file
-    (the Ray engine's driver), as :func:`input_chunks` reads it.
+    """``(lines, inputs)`` of ``args.input_file``: raw text lines, CoNLL sentences (token lists) or
+    JSON records (text or tokens), with the file line of each.
 
     ``args`` is resolved against the model (``--tokens_column`` is the training one unless given).
     """
-    lines: list[int | None] = []
-    inputs: list = []
-    for chunk_lines, chunk_inputs in input_chunks(args, settings):
-        lines.extend(chunk_lines)
-        inputs.extend(chunk_inputs)
+    lines, inputs, _ = read_labelled_inputs(args, settings)
     return lines, inputs
 
 
+def read_labelled_inputs(
+    args: NerPredictArguments, settings: NerSettings
+) -> tuple[list[int | None], list, list[list[str]] | None]:
+    """:func:`read_inputs`, plus the gold tags (as written in the file) where the whole input
+    carries them (:func:`input_chunks`), else None."""
+    lines: list[int | None] = []
+    inputs: list = []
+    gold: list[list[str]] | None = []
+    for chunk_lines, chunk_inputs, chunk_gold in input_chunks(args, settings):
+        lines.extend(chunk_lines)
+        inputs.extend(chunk_inputs)
+        gold = None if gold is None or chunk_gold is None else gold + chunk_gold
+    return lines, inputs, gold or None
+
+
 def input_chunks(args: NerPredictArguments, settings: NerSettings, rows: int | None = None):
-    """``(lines, inputs)`` of ``args.input_file``, a chunk of at most ``rows`` inputs at a time
-    (default :func:`encoder_tasks.data.chunks.chunk_rows`): raw text lines, CoNLL sentences and
-    JSON lines are read line by line as the chunks are taken; a JSON array is read whole."""
+    """``(lines, inputs, gold)`` of ``args.input_file``, a chunk of at most ``rows`` inputs at a
+    time (default :func:`encoder_tasks.data.chunks.chunk_rows`): raw text lines, CoNLL sentences
+    and JSON lines are read line by line as the chunks are taken; a JSON array is read whole.
+    ``gold``: the chunk's gold tags as written, where every input of it carries them (a CoNLL tags
+    column, ``tags``, the last of two or more; JSON token records holding the training's tags
+    field, ``tags|ner_tags|labels``), else None."""
     import itertools
 
     from ...data.chunks import chunk_rows
@@ -203,9 +220,11 @@ def input_chunks(args: NerPredictArguments, settings: NerSettings, rows: int | N
     def numbered_lines():
         return file_lines(path, args.encoding)
 
-    def chunked(pairs):  # (line, input) pairs -> (lines, inputs) chunks
-        while block := list(itertools.islice(pairs, rows)):
-            yield [line for line, _ in block], [item for _, item in block]
+    def chunked(items):  # (line, input, tags or None) -> (lines, inputs, gold) chunks
+        while block := list(itertools.islice(items, rows)):
+            tags = [t for _, _, t in block]
+            gold = None if any(t is None for t in tags) else tags
+            yield [line for line, _, _ in block], [item for _, item, _ in block], gold
 
     if fmt == "text" and suffix not in RECORD_SUFFIXES:
 
@@ -215,7 +234,7 @@ def input_chunks(args: NerPredictArguments, settings: NerSettings, rows: int | N
                 for line in raw.splitlines() or [""]:  # numbered as str.splitlines numbers them
                     number += 1
                     if line.strip():
-                        yield number, line
+                        yield number, line, None  # raw text: no tags can line up with its words
 
         yield from chunked(texts())
         return
@@ -227,8 +246,10 @@ def input_chunks(args: NerPredictArguments, settings: NerSettings, rows: int | N
         first = 0
         while block := list(itertools.islice(sentences, rows)):
             split = Split("predict", str(path), rows_to_dataset(block, str(path)), first_index=first)
-            words, _ = read_sentences(split, spec, None, prefix)
-            yield list(split.dataset["_line"]), words
+            columns = split.dataset.column_names
+            tags_column = next((c for c in settings.tags_column.split("|") if c in columns), None)
+            words, gold = read_sentences(split, spec, tags_column, prefix)
+            yield list(split.dataset["_line"]), words, gold
             first += len(block)
         return
     # JSON/JSONL: each record holds raw text or a token list (records may mix the two, so the
@@ -238,17 +259,21 @@ def input_chunks(args: NerPredictArguments, settings: NerSettings, rows: int | N
     else:
         records = iter(read_json(path, args.encoding))
     token_fields = spec.split("|")
+    tag_fields = settings.tags_column.split("|")
 
     def record_inputs():
         for i, record in enumerate(records):
             text = record.get(args.text_column) if fmt != "tokens" else None
             words = next((record[f] for f in token_fields if f in record), None)
             if isinstance(text, str):
-                yield record.get("_line"), text
+                yield record.get("_line"), text, None
             elif isinstance(words, list) and words and all(isinstance(w, str) and w.strip() for w in words):
+                tags = next((record[f] for f in tag_fields if f in record), None)
+                where = row_location(str(path), record.get("_line"), i)
                 yield (
                     record.get("_line"),
                     [w[len(prefix) :] if prefix and w.startswith(prefix) else w for w in words],
+                    None if tags is None else _gold_tags(tags, len(words), where),
                 )
             else:
                 raise UserError(
@@ -259,33 +284,141 @@ def input_chunks(args: NerPredictArguments, settings: NerSettings, rows: int | N
     yield from chunked(record_inputs())
 
 
+def _gold_tags(tags, n_words: int, where: str) -> list[str]:
+    """A JSON record's gold tags, checked against its tokens."""
+    if not isinstance(tags, list) or not all(isinstance(t, str) and t.strip() for t in tags):
+        raise UserError(f"{where}: the tags field must be a list of tag strings, found {tags!r}")
+    if len(tags) != n_words:
+        raise UserError(f"{where}: {n_words} tokens but {len(tags)} tags; every token needs one tag")
+    return [t.strip() for t in tags]
+
+
 def predict_file(args: NerPredictArguments) -> dict:
     """Tag every input of ``input_file``; write JSONL (input order); return a summary.
 
     Each line: ``{"line", "text", "tokens", "tags" (the training data's scheme), "entities":
-    [{"type", "text", "start", "end", "token_start", "token_end", "score"}]}``. The input is read,
-    tagged and written a chunk at a time (:func:`input_chunks`,
-    :func:`encoder_tasks.predict.stream_predictions`).
+    [{"type", "text", "start", "end", "token_start", "token_end", "score"}]}``; where the input
+    carries gold tags (:func:`input_chunks`), also ``"gold_tags"`` (as in the file), and the
+    summary holds the scores :func:`score_against_gold` logs. The input is read, tagged and
+    written a chunk at a time (:func:`encoder_tasks.predict.stream_predictions`).
 
     Example:
         >>> predict_file(NerPredictArguments(model_dir="runs/ner", input_file="in.txt",
         ...              output_file="tags.jsonl"))  # doctest: +SKIP
     """
+    from .schemes import to_iob2
+
     model, tokenizer = load_for_prediction(args, "ner")
+    scheme = model.settings.tag_scheme
     found = {"entities": 0}
+    # Scored at the end where every chunk carried gold: only the tags are kept for it.
+    scored: dict = {"gold": [], "predicted": [], "labelled": True}
 
     def predict_chunk(chunk) -> list[dict]:  # a chunk of inputs (read as predict goes)
-        lines, inputs = chunk
+        lines, inputs, gold = chunk
         records_in = [{"text": item} if isinstance(item, str) else {"tokens": item} for item in inputs]
         results = predict_inputs(model, tokenizer, records_in, args)
         found["entities"] += sum(len(r["entities"]) for r in results)
-        return [{"line": line, **result} for line, result in zip(lines, results)]
+        records = [{"line": line, **result} for line, result in zip(lines, results)]
+        if gold is None:
+            scored["labelled"] = False
+        else:
+            for record, tags in zip(records, gold):
+                record[GOLD_FIELD] = tags
+            if scored["labelled"]:
+                scored["gold"] += gold
+                scored["predicted"] += [to_iob2(r["tags"], scheme)[0] for r in records]
+        return records
 
     chunks = input_chunks(args, model.settings)
     count = stream_predictions(
         args, chunks, predict_chunk, lambda: f"predictions ({found['entities']} entities)"
     )
-    return {"predictions": count, "entities": found["entities"]}
+    summary = {"predictions": count, "entities": found["entities"]}
+    if scored["labelled"] and scored["gold"]:
+        references = gold_in_iob2(args.input_file, scored["gold"], scheme)
+        summary.update(score_against_gold(args.input_file, scored["predicted"], references, model.settings))
+    return summary
+
+
+def gold_in_iob2(source: str, gold: list[list[str]], scheme: str) -> list[list[str]]:
+    """The gold tags of a labelled input in IOB2, read in the model's ``scheme``, or in BIOES/BMES
+    where they are written so (their E-/S-/M- tags say it; IOB1 and IOB2 read alike here).
+    Sequences an evaluation would refuse are repaired and counted in one warning: a predict is not
+    refused for one ill-formed gold sentence.
+
+    Example:
+        >>> gold_in_iob2("in.conll", [["S-PER", "O", "B-LOC", "E-LOC"]], "iob2")
+        [['B-PER', 'O', 'B-LOC', 'I-LOC']]
+    """
+    from .schemes import InvalidTagSequence, detect_scheme, to_iob2
+
+    if scheme != "none":
+        written = detect_scheme(gold)
+        if written in ("bioes", "bmes") and written != scheme:
+            logger.info(
+                "%s: gold tags read as %s (the model writes %s)", source, written.upper(), scheme.upper()
+            )
+            scheme = written
+    references, repairs = [], 0
+    for row, tags in enumerate(gold):
+        try:
+            iob2, fixed = to_iob2(tags, scheme, repair=True)
+        except InvalidTagSequence as exc:
+            raise UserError(f"{source}: gold tags of sentence {row + 1}: {exc}") from None
+        references.append(iob2)
+        repairs += fixed
+    if repairs:
+        logger.warning(
+            "%s: repaired %d invalid %s gold tag sequences before scoring", source, repairs, scheme.upper()
+        )
+    return references
+
+
+def score_against_gold(
+    source: str, predictions: list[list[str]], references: list[list[str]], settings: NerSettings
+) -> dict:
+    """IOB2 predictions of a labelled input scored against its IOB2 tags as ``evaluate`` scores
+    them (seqeval strict entity F1; token accuracy and macro F1 for plain tags), said in one line.
+
+    Example:
+        >>> settings = NerSettings(label_names=["O", "B-PER", "I-PER"])
+        >>> score_against_gold("in.conll", [["B-PER", "O"]], [["B-PER", "O"]], settings)["f1_strict"]
+        1.0
+    """
+    from .metrics import entity_metrics, plain_tag_metrics
+
+    scheme = settings.tag_scheme
+    hint = (
+        f"`encoder-tasks ner evaluate --model_name_or_path RUN --validation_file {source} --write_predictions "
+        "OUT.jsonl` adds per-type scores and the errors by kind"
+    )
+    if scheme == "none":
+        metrics = plain_tag_metrics(references, predictions, settings.label_names)
+        logger.info(
+            "%s holds tags: token accuracy %.4f, macro F1 %.4f over %d sentences (%s)",
+            source,
+            metrics["accuracy"],
+            metrics["macro_f1"],
+            len(references),
+            hint,
+        )
+        return {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"]}
+    metrics = entity_metrics(references, predictions)
+    logger.info(
+        "%s holds tags: strict entity F1 %.4f (precision %.4f, recall %.4f; %d gold, %d predicted entities) "
+        "over %d sentences (%s)",
+        source,
+        metrics["f1_strict"],
+        metrics["precision_strict"],
+        metrics["recall_strict"],
+        metrics["gold_entities"],
+        metrics["predicted_entities"],
+        len(references),
+        hint,
+    )
+    keys = ("f1_strict", "precision_strict", "recall_strict", "accuracy")
+    return {key: metrics[key] for key in keys}
 
 
 def parse_input(record, where: str, settings: NerSettings | None = None) -> dict:
