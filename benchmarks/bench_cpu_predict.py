@@ -701,11 +701,18 @@ def run_contender(contender: Contender, task: str, ctx: dict) -> dict:
     spec_file.write_text(json.dumps(spec, indent=1))
     command = [str(python), str(Path(__file__).resolve()), "--worker", str(spec_file)]
     log = rows_dir / f"{contender.name}.log"
+    env = cpu.child_env()
+    if contender.kind == "toolkit":
+        # The toolkit's graphs are cached in the work folder, but not `auto`'s choice: `auto` times
+        # the backends on probe batches and remembers the winner per encoder and machine, so a
+        # choice made once on a loaded machine (it chose torch for the classification run at load
+        # 10 in the first smoke run) would decide every later row. Each row decides afresh, as a
+        # first load on the user's machine does.
+        env["ENCODER_TASKS_CACHE"] = str(ctx["runtime_cache"])
+        shutil.rmtree(Path(ctx["runtime_cache"]) / "auto", ignore_errors=True)
     load_before = load_average()
     with log.open("w") as out:
-        done = subprocess.run(
-            command, stdout=subprocess.PIPE, stderr=out, text=True, env=cpu.child_env(), timeout=3600
-        )
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=out, text=True, env=env, timeout=3600)
     marked = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
     if done.returncode or not marked:
         raise RuntimeError(f"worker exited with {done.returncode}: " + cpu._tail(log))
@@ -754,6 +761,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--quiet", action="store_true", help="Record that nothing else ran on the machine.")
     parser.add_argument("--list", action="store_true", help="List the contenders and exit.")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="Profile the toolkit's predict (fp32 and int8 at defaults) on each task's inputs instead: "
+        "where the time goes (cProfile), written to benchmarks/results/cpu-predict-profile-STAMP.json.",
+    )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeats is None:
@@ -792,6 +805,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         run_worker(args.worker)
         return 0
+    if args.profile:
+        return profile_toolkit(args)
     if args.list:
         for c in CONTENDERS:
             print(f"{c.name:20} {c.env:10} {','.join(c.tasks):28} {c.label}")
@@ -815,6 +830,7 @@ def main(argv: list[str] | None = None) -> int:
         return venvs[env]["python"]
 
     ctx = {"args": args, "folders": {}, "splits": {}, "artifacts": {}, "gold": {}, "python_of": python_of}
+    ctx["runtime_cache"] = work / "runtime-cache"
     tasks_record = {}
     for task in args.task_list:
         folder = work / "runs" / task
@@ -905,6 +921,95 @@ def main(argv: list[str] | None = None) -> int:
         for row in table["rows"]:
             print("| " + " | ".join(str(c) for c in row) + " |")
     print(f"\nwrote {out}")
+    return 0
+
+
+#: What the profile adds up, by the function (file suffix, name) that spends it.
+PROFILE_PARTS = {
+    "encoder (torch or the runtime)": [("encoder_tasks/heads.py", "encode")],
+    "tokenisation (the tokenizer, NER's word features)": [
+        ("tokenization_utils_base.py", "__call__"),
+    ],
+    "padding and tensors (collators)": [("collators.py", "__call__"), ("ner/features.py", "__call__")],
+    "decoding (NER Viterbi and entity scores)": [
+        ("ner/decoding.py", "decode"),
+        ("ner/decoding.py", "entity_probabilities"),
+    ],
+}
+
+
+def profile_toolkit(args: argparse.Namespace) -> int:
+    """cProfile of ``Predictor`` at its defaults (the fp32 run and ``quantize``'s int8 copy) over each
+    task's prepared inputs, one warm-up call first: the share of the time in each part."""
+    import cProfile
+    import pstats
+
+    from encoder_tasks.inference import Predictor
+
+    work, found = Path(args.work), {}
+    os.environ["ENCODER_TASKS_CACHE"] = str(work / "runtime-cache")  # as the rows: graphs kept,
+    shutil.rmtree(work / "runtime-cache" / "auto", ignore_errors=True)  # `auto` decides afresh
+    for task in args.task_list:
+        folder = work / "runs" / task / args.size
+        inputs = json.loads((folder / "inputs.json").read_text())
+        if task == "ner":
+            records = [{"tokens": w} for w in inputs]
+        elif task == "pair":
+            records = [{"text": a, "text_pair": b} for a, b in inputs]
+        else:
+            records = [{"text": t} for t in inputs]
+        for name in ("run", "int8"):
+            predictor = Predictor.load(str(folder / name))
+            predictor(records[: args.warmup])
+            profiler = cProfile.Profile()
+            start = time.perf_counter()
+            profiler.enable()
+            predictor(records)
+            profiler.disable()
+            seconds = time.perf_counter() - start
+            stats = pstats.Stats(profiler).stats
+            parts = {}
+            for part, functions in PROFILE_PARTS.items():
+                spent = sum(
+                    row[3]
+                    for (path, _, function), row in stats.items()
+                    if any(path.endswith(suffix) and function == wanted for suffix, wanted in functions)
+                )
+                parts[part] = round(spent / seconds, 4)
+            parts["everything else (parsing, sorting, records)"] = round(1 - sum(parts.values()), 4)
+            found[f"{task}/{'fp32' if name == 'run' else 'int8'}"] = {
+                "inputs": len(records),
+                "seconds": round(seconds, 3),
+                "backend": str(getattr(predictor.args, "backend", "")),
+                "shares": parts,
+                "load_average": load_average(),
+            }
+            print(task, name, found[f"{task}/{'fp32' if name == 'run' else 'int8'}"], flush=True)
+    result = {
+        "benchmark": "cpu-predict-profile",
+        "command": "python -m benchmarks.bench_cpu_predict --profile --size " + args.size,
+        "machine": cpu.cpu_info(),
+        "note": "cumulative cProfile time of each part over the wall time of one predict call; "
+        "the profiler's own overhead is inside the shares",
+        "profiles": found,
+    }
+    result["machine"].pop("flags", None)
+    result["tables"] = {
+        "cpu-predict-profile": {
+            "columns": ["task / model", "backend", "inputs", "seconds", *PROFILE_PARTS, "everything else"],
+            "rows": [
+                [key, row["backend"], row["inputs"], f"{row['seconds']:.2f}"]
+                + [
+                    f"{100 * row['shares'][part]:.1f}%"
+                    for part in [*PROFILE_PARTS, "everything else (parsing, sorting, records)"]
+                ]
+                for key, row in found.items()
+            ],
+        }
+    }
+    out = RESULTS / f"cpu-predict-profile-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"wrote {out}")
     return 0
 
 
