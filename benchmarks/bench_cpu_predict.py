@@ -16,7 +16,8 @@ The method is :mod:`benchmarks.bench_cpu_inference`'s (embedding ``encode``), ap
    sample of WikiANN-en ``dev`` (1,000 sentences), STS-B ``sts-dev.csv`` (1,500 pairs).
 2. **Every contender runs the same weights**: ``transformers.pipeline`` (fp32 torch; NER with
    ``aggregation_strategy="first"``), the run exported to ONNX (encoder + head, one graph) in plain
-   ONNX Runtime fp32 and its ``quantize_dynamic`` int8 copy, OpenVINO fp32 of the same graph,
+   ONNX Runtime fp32 and its ``quantize_dynamic`` int8 copy, OpenVINO fp32 (``convert_model`` of
+   the transformers export: OpenVINO's shape inference refuses the pair run's ONNX graph),
    sentence-transformers ``CrossEncoder`` (pairs; torch, and its ONNX backend from the ``st-onnx``
    peer environment), and the toolkit: ``Predictor.load`` at its defaults, with ``backend`` onnx /
    openvino, and the int8 copy ``encoder-tasks quantize RUN DEST --validation_file VAL`` writes at
