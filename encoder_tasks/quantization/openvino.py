@@ -2,7 +2,8 @@
 :mod:`.onnx`, over :func:`encoder_tasks.runtimes.openvino.quantize_int8` (nncf post-training
 quantization, ``ModelType.TRANSFORMER``).
 
-- :func:`linear_nodes` maps the graph's linear layers (MatMul on a weight) to their encoder layer;
+- :func:`linear_nodes` maps the graph's MatMuls (the linear layers and the attention products) to
+  their encoder layer;
 - :func:`quantize_graph` writes the int8 copy calibrated on graph feeds (:func:`.onnx.graph_feeds`),
   the named linear layers kept in fp32 (nncf's ``ignored_scope``);
 - :func:`layer_sensitivity` measures, per encoder layer, how far the encoder's output moves when
@@ -45,7 +46,9 @@ def layer_of(name: str) -> int:
 
 
 def linear_nodes(encoder_xml: str | os.PathLike) -> dict[str, int]:
-    """``{linear layer name: encoder layer}`` for every linear layer int8 quantizes."""
+    """``{MatMul name: encoder layer}`` for every MatMul int8 quantizes: the linear layers and the
+    attention products (a layer kept in fp32 keeps both; see
+    :func:`encoder_tasks.runtimes.openvino.linear_layers`)."""
     from ..runtimes.openvino import linear_layers
 
     return {name: layer_of(name) for name in linear_layers(encoder_xml)}

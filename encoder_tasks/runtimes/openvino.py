@@ -389,26 +389,22 @@ def from_encoder(encoder: nn.Module, cache_dir: str | os.PathLike, threads: int 
 
 
 # ---- static int8 ------------------------------------------------------------------------------
+#: The ops int8 quantizes the inputs of: the linear layers and eager attention's products
+#: (MatMul), and the fused attention an SDPA export holds.
+QUANTIZED_OPS = ("MatMul", "ScaledDotProductAttention")
+
+
 def linear_layers(encoder_xml: str | os.PathLike) -> list[str]:
-    """The names of the graph's linear layers (MatMul on a weight), in graph order: what int8
-    quantizes and what ``quantize_int8(..., ignored_layers=...)`` may keep in fp32."""
+    """The names of the graph's ops int8 quantizes (:data:`QUANTIZED_OPS`), in graph order: what
+    ``quantize_int8(..., ignored_layers=...)`` may keep in fp32. The linear layers (a MatMul on a
+    weight) and the attention (its query and key enter it quantized): a layer kept in fp32 keeps
+    both, else its attention still ran on int8 inputs."""
     model = _openvino().Core().read_model(str(_resolve(encoder_xml)))
     return _linear_layers(model)
 
 
 def _linear_layers(model) -> list[str]:
-    def weight(value) -> bool:
-        node = value.get_node()
-        while node.get_type_name() in ("Convert", "Reshape", "Transpose") and node.get_input_size():
-            node = node.input_value(0).get_node()
-        return node.get_type_name() == "Constant"
-
-    return [
-        op.get_friendly_name()
-        for op in model.get_ordered_ops()
-        if op.get_type_name() == "MatMul"
-        and any(weight(op.input_value(i)) for i in range(op.get_input_size()))
-    ]
+    return [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_type_name() in QUANTIZED_OPS]
 
 
 def _check_batches(batches: list, names: Sequence[str]) -> str:

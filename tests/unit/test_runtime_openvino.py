@@ -149,8 +149,8 @@ def test_int8_keeps_ignored_layers_and_refuses_unknown_ones(bert, exported, tmp_
 
     encoder, tokenizer = bert
     layers = ov_runtime.linear_layers(exported)
-    # 2 layers x (query, key, value, attention output, intermediate, output).
-    assert len(layers) == 12 and "layer.0.attention.self.query" in layers[0]
+    # 2 layers x (query, key, value, the attention, attention output, intermediate, output).
+    assert len(layers) == 14 and "layer.0.attention.self.query" in layers[0]
     calibration = [dict(tokenizer(CORPUS, padding=True, return_tensors="np"))]
     xml = ov_runtime.quantize_int8(exported, calibration, tmp_path / "int8", ignored_layers=layers[:1])
     assert ov_runtime.read_info(xml.parent)["ignored_layers"] == layers[:1]
@@ -234,3 +234,30 @@ def test_load_refuses_bad_settings(bert, exported, tmp_path):
         ov_runtime.load(exported, config, precision="fp8")
     with pytest.raises(UserError, match="threads must be a whole number >= 1, found 0"):
         ov_runtime.load(exported, config, threads=0)
+
+
+def test_a_layer_kept_in_fp32_keeps_its_attention_products_too(bert, exported, tmp_path):
+    # Issue 28's guardrail: a layer "kept in fp32" whose attention still took int8 query and key
+    # inputs was not kept. No quantizer feeds any op of the kept layer; the other layer's attention
+    # inputs are quantized.
+    import openvino
+
+    encoder, tokenizer = bert
+    layer0 = [name for name in ov_runtime.linear_layers(exported) if "layer.0." in name]
+    calibration = [dict(tokenizer(CORPUS, padding=True, return_tensors="np"))]
+    xml = ov_runtime.quantize_int8(exported, calibration, tmp_path / "int8", ignored_layers=layer0)
+    model = openvino.Core().read_model(str(xml))
+
+    def quantizers_of(layer: str) -> list[str]:  # the ops a FakeQuantize of that layer feeds
+        return [
+            target.get_node().get_friendly_name()
+            for op in model.get_ordered_ops()
+            if op.get_type_name() == "FakeQuantize"
+            for out in op.outputs()
+            for target in out.get_target_inputs()
+            if layer in target.get_node().get_friendly_name()
+        ]
+
+    assert any("attention" in name for name in layer0 if "query" not in name and "key" not in name)
+    assert quantizers_of("layer.0.") == []  # nothing of the kept layer reads int8: not its attention
+    assert any("attention.self/" in name for name in quantizers_of("layer.1."))  # the other's does

@@ -1,0 +1,67 @@
+"""``--backend auto``'s choice: the fastest backend that passed its check wins (no margin for torch),
+and a choice timed on a busy machine is used once, not remembered."""
+
+import json
+
+import torch
+from torch import nn
+
+from encoder_tasks import runtimes
+
+
+class Holder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(2, 2)
+
+
+def _choose(monkeypatch, tmp_path, seconds, busy=None):
+    monkeypatch.setattr(runtimes, "timed_rounds", lambda contenders, batches: dict(seconds))
+    monkeypatch.setattr(runtimes, "_busy", lambda: busy)
+    swapped = []
+    monkeypatch.setattr(runtimes, "swap_encoder", lambda model, runtime: swapped.append(runtime))
+    model, candidate = Holder(), nn.Identity()
+    checked = {"openvino": (candidate, {"passed": True, "max_abs_diff": 0.0, "allowed": 1e-3})}
+    decision = tmp_path / "auto" / "choice.json"
+    chosen = runtimes._choose(model, model.encoder, checked, [], "fp32", decision)
+    return chosen, swapped == [candidate], decision
+
+
+def test_a_runtime_a_little_faster_than_torch_is_chosen(monkeypatch, tmp_path):
+    chosen, swapped, decision = _choose(monkeypatch, tmp_path, {"torch": 0.430, "openvino": 0.416})
+    assert chosen == "openvino" and swapped
+    record = json.loads(decision.read_text())
+    assert record["backend"] == "openvino" and "the fastest" in record["reason"]
+
+
+def test_torch_stays_when_it_is_the_fastest(monkeypatch, tmp_path):
+    chosen, swapped, _ = _choose(monkeypatch, tmp_path, {"torch": 0.40, "openvino": 0.41})
+    assert chosen == "torch" and not swapped
+
+
+def test_a_choice_timed_on_a_busy_machine_is_not_remembered(monkeypatch, tmp_path, caplog):
+    caplog.set_level("INFO", logger="encoder_tasks.runtimes")
+    busy = "load average 9.0 on 2 cores"
+    chosen, swapped, decision = _choose(monkeypatch, tmp_path, {"torch": 0.4, "openvino": 0.2}, busy)
+    assert chosen == "openvino" and swapped  # used for this load
+    assert not decision.exists()  # and not for the next ones
+    assert "not remembered, the machine was busy while timing (load average 9.0 on 2 cores)" in caplog.text
+
+
+def test_busy_compares_the_load_with_the_cores(monkeypatch):
+    monkeypatch.setattr(runtimes.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(runtimes.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert runtimes._busy() is None
+    monkeypatch.setattr(runtimes.os, "getloadavg", lambda: (7.25, 1.0, 1.0))
+    assert runtimes._busy() == "load average 7.2 on 2 cores"
+
+
+def test_the_probes_hold_a_batch_of_sentence_length_inputs():
+    from transformers import BertConfig
+
+    shapes = [tuple(b["input_ids"].shape) for b in runtimes.probe_batches(BertConfig(), batch_size=64)]
+    assert shapes == [(2, 7), (64, 16), (64, 48)]
+    assert all(
+        b["attention_mask"][0].all() for b in runtimes.probe_batches(BertConfig())
+    )  # row 0: no padding
+    assert torch.is_tensor(runtimes.probe_batches(BertConfig())[0]["token_type_ids"])
