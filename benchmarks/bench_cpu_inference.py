@@ -275,6 +275,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--out", default=None, help="Result file (default: benchmarks/results/cpu-inference-SIZE-STAMP.json)."
     )
     parser.add_argument("--quiet", action="store_true", help="Record that nothing else ran on the machine.")
+    parser.add_argument(
+        "--serve_rounds",
+        type=int,
+        default=1,
+        help="Measure every serving row this many times, in alternating order; each level keeps its median round.",
+    )
     parser.add_argument("--list", action="store_true", help="List the contenders and exit.")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -972,6 +978,28 @@ async def closed_loop(
     }
 
 
+def median_round(rows: list[dict]) -> dict:
+    """One serving row from its rounds: per concurrency the level of the median round (a measured
+    round, not a mix of them), every round's rate beside it; an encoder row (or a single round) as
+    it is.
+
+    Example:
+        >>> rounds = [{"levels": [{"concurrency": 32, "requests_per_s": r}]} for r in (3.0, 1.0, 2.0)]
+        >>> median_round(rounds)["levels"]
+        [{'concurrency': 32, 'requests_per_s': 2.0, 'rounds_requests_per_s': [3.0, 1.0, 2.0]}]
+    """
+    good = [row for row in rows if "levels" in row]
+    if len(rows) == 1 or not good:
+        return rows[-1]
+    levels = []
+    for index in range(len(good[0]["levels"])):
+        found = [row["levels"][index] for row in good if len(row["levels"]) > index]
+        rates = [lv.get("requests_per_s") or 0.0 for lv in found]
+        middle = sorted(range(len(found)), key=lambda i: rates[i])[(len(found) - 1) // 2]
+        levels.append({**found[middle], "rounds_requests_per_s": rates})
+    return {**good[-1], "levels": levels, "rounds": len(good)}
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
 
@@ -1428,11 +1456,22 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(sentences)} sentences ({len(gold)} STS-B test pairs), CPU {cpu['model']}, native bf16: {cpu['native_bf16']}",
         flush=True,
     )
+    todo = []
     for contender in chosen:
         cache = rows_dir / f"{contender.name}.json"
         if cache.is_file() and contender.name not in redo:
             print(f"[{contender.name}] cached: {cache}", flush=True)
-            continue
+        else:
+            todo.append(contender)
+    servers = [c for c in todo if c.group == "serving"]
+    rounds = args.serve_rounds if servers else 1
+    # Serving rows in rounds: every server once per round, the order reversed each round, so a
+    # drift of the machine (or of one process's luck) hits every server alike.
+    plan = [c for c in todo if c.group != "serving"] + [
+        c for number in range(rounds) for c in (servers if number % 2 == 0 else servers[::-1])
+    ]
+    measured: dict[str, list[dict]] = {}
+    for contender in plan:
         print(f"[{contender.name}] running ...", flush=True)
         start = time.time()
         try:
@@ -1443,7 +1482,9 @@ def main(argv: list[str] | None = None) -> int:
             row = {"error": f"{type(exc).__name__}: {exc}"[:1500]}
         row["wall_seconds"] = round(time.time() - start, 1)
         row["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        cache.write_text(json.dumps(row, indent=1))
+        measured.setdefault(contender.name, []).append(row)
+        row = median_round(measured[contender.name])
+        (rows_dir / f"{contender.name}.json").write_text(json.dumps(row, indent=1))
         print(f"[{contender.name}] {_summary(row)}", flush=True)
 
     # Every cached row of this size goes into the file, so runs of parts add up to one result.

@@ -1,10 +1,10 @@
 """The HTTP protocol under ``serve``: uvicorn's HTTP/1.1 protocol with the limits an open port needs.
 
 The parser is httptools' (C, uvicorn's own choice when it is installed: the ``serve`` extra
-installs it, with uvloop) or, without it, h11's (pure Python). For one-sentence requests the
-parser is a large share of the server's CPU: h11 and asyncio's own loop took about as much of the
-event loop as the model's forward pass took of the cores (docs/speed.md). :func:`http_protocol`
-picks it; ``--http h11`` forces the pure-Python one.
+installs it, with uvloop, as ``uvicorn[standard]`` does) or, without it, h11's (pure Python).
+On the 2-core development machine the two measured level for one-sentence embedding requests
+(``python -m benchmarks.bench_http_parser``: alternated rounds, medians within 2%);
+:func:`http_protocol` picks the parser, ``--http h11`` forces the pure-Python one.
 
 uvicorn closes idle keep-alive connections, but a connection that sends half its headers and
 then nothing stays open for ever, and every connection is accepted. :func:`guarded_protocol`

@@ -406,3 +406,26 @@ def test_features_record_reduces_quantize_help_to_flags(tmp_path):
     (tmp_path / "f.json").write_text(json.dumps({"backend_flag": True}))
     assert bench._features_record(None, tmp_path / "f.json") == {"backend_flag": True}
     assert bench._features_record(None, tmp_path / "none.json") is None
+
+
+def test_serving_rounds_keep_each_levels_median_round_and_every_rate():
+    def row(rates, p99s):
+        return {
+            "levels": [
+                {"concurrency": c, "requests_per_s": r, "p99_ms": p} for c, r, p in zip((1, 32), rates, p99s)
+            ]
+        }
+
+    rounds = [
+        row((10.0, 300.0), (5.0, 90.0)),
+        row((12.0, 200.0), (4.0, 80.0)),
+        row((11.0, 250.0), (6.0, 70.0)),
+    ]
+    merged = bench.median_round(rounds)
+    assert merged["rounds"] == 3
+    one, many = merged["levels"]
+    assert (one["requests_per_s"], one["p99_ms"]) == (11.0, 6.0)  # the median round's own figures
+    assert (many["requests_per_s"], many["p99_ms"]) == (250.0, 70.0)
+    assert many["rounds_requests_per_s"] == [300.0, 200.0, 250.0]
+    assert bench.median_round([{"skipped": "x"}]) == {"skipped": "x"}
+    assert bench.median_round([row((1.0, 2.0), (1.0, 1.0))])["levels"][0]["requests_per_s"] == 1.0
