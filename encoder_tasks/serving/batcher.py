@@ -123,7 +123,11 @@ class Batcher:
         self.max_batch_tokens, self.max_wait = max_batch_tokens, max_wait_ms / 1000.0
         self.max_queue = max_queue
         self.max_queue_wait = None if max_queue_wait_ms is None else max_queue_wait_ms / 1000.0
-        self._seconds_per_token = 0.0  # a moving average over batches; 0 until one has run
+        # Seconds per token: decayed sums of batch seconds and tokens (a ratio of sums, so a
+        # small batch's fixed cost does not pass for a per-token one); 0 until a batch after the
+        # first has run (the first forward pays for set-up: it would price every token as slow).
+        self._seconds_per_token = 0.0
+        self._timed_seconds, self._timed_tokens, self._batches_run = 0.0, 0, 0
         self._running_tokens: dict[int, tuple[int, float]] = {}  # worker -> (tokens, since)
         self._queue: list[Job] = []
         self._cond = threading.Condition()
@@ -390,10 +394,11 @@ class Batcher:
             self._batch_seconds = (
                 elapsed if not self._batch_seconds else 0.8 * self._batch_seconds + 0.2 * elapsed
             )
-            per_token = elapsed / max(tokens, 1)
-            self._seconds_per_token = (
-                per_token if not self._seconds_per_token else 0.8 * self._seconds_per_token + 0.2 * per_token
-            )
+            self._batches_run += 1
+            if self._batches_run > 1:
+                self._timed_seconds = 0.8 * self._timed_seconds + elapsed
+                self._timed_tokens = 0.8 * self._timed_tokens + max(tokens, 1)
+                self._seconds_per_token = self._timed_seconds / self._timed_tokens
         self._resolve(batch, results)
 
     @staticmethod

@@ -193,6 +193,9 @@ def test_the_wait_budget_sheds_by_the_work_ahead_not_by_the_count():
     batcher.start()
 
     async def scenario():
+        # The first batch pays for set-up: it sets no speed (it would price every token as slow).
+        assert await batcher.submit([{"text": "set-up"}], {}, tokens=1) == [{"text": "set-up"}]
+        assert batcher._seconds_per_token == 0.0
         model.gate.clear()
         timer = threading.Timer(0.2, model.gate.set)
         timer.start()
@@ -220,6 +223,22 @@ def test_the_wait_budget_sheds_by_the_work_ahead_not_by_the_count():
     assert any(
         name == "encoder_tasks_requests_shed_total" and value == 1 for (name, _), value in shed.items()
     )
+
+
+def test_the_speed_is_a_ratio_of_sums_so_small_batches_do_not_price_tokens_as_slow():
+    batcher = Batcher("m", GatedModel(), 8192, 0.0, ServerMetrics(), max_queue_wait_ms=1000)
+    batcher.start()
+
+    async def batches():
+        for tokens in (1, 5, 1000):  # set-up, a small batch, a large one
+            await batcher.submit([{"text": "x"}], {}, tokens=tokens)
+
+    asyncio.run(batches())
+    assert batcher.stop(timeout=5)
+    # sums, not a mean of per-batch ratios: the 5-token batch's fixed cost is spread over 1,005 tokens
+    assert batcher._seconds_per_token == pytest.approx(
+        batcher._timed_seconds / batcher._timed_tokens
+    ) and batcher._timed_tokens == pytest.approx(0.8 * 5 + 1000)
 
 
 def test_no_wait_budget_before_the_first_batch_has_run():
