@@ -73,6 +73,7 @@ REQUIRED_MODULES = frozenset(
     {
         "bm25s",
         "fastapi",
+        "httptools",
         "httpx",
         "huggingface_hub",
         "hypothesis",
@@ -91,6 +92,7 @@ REQUIRED_MODULES = frozenset(
         "sentence_transformers",
         "tensorboard",
         "uvicorn",
+        "uvloop",
     }
 )
 ALLOW_MISSING = "ENCODER_TASKS_ALLOW_MISSING"
