@@ -116,7 +116,12 @@ def test_a_replica_killed_mid_run_loses_and_repeats_no_row(ray_instance, task_ru
     for name in ("a.csv", "b.csv"):
         out = tmp_path / f"{name}.jsonl"
         assert main(predict_argv("classification", run.model_dir, folder / name, out, *FP32)) == 0
-        expected += [{"file": str(folder / name), **record} for record in read_jsonl(out)]
+        # The local engine writes each labelled row's gold beside its prediction; the Ray engine
+        # does not yet for classification (docs/batch-inference.md): compared without it.
+        expected += [
+            {"file": str(folder / name), **{k: v for k, v in record.items() if k != "gold"}}
+            for record in read_jsonl(out)
+        ]
 
     marker = write(tmp_path / "die-once", "")
     monkeypatch.setattr(DiesOnce, "marker", str(marker))
