@@ -201,27 +201,29 @@ class Batcher:
         if self.max_queue_wait is not None and self._seconds_per_token:
             wait = self.estimated_wait()
             if wait > self.max_queue_wait:
-                self._metrics.shed.inc(model=self.name)
-                raise ApiError(
-                    429,
-                    f"model {self.name!r}: the work ahead would take about {wait * 1000:.0f} ms "
-                    f"(--max_queue_wait_ms {self.max_queue_wait * 1000:g}); try again shortly",
-                    kind="overloaded",
-                    headers={"Retry-After": str(max(1, math.ceil(wait)))},
+                self._shed(
+                    f"the work ahead would take about {wait * 1000:.0f} ms "
+                    f"(--max_queue_wait_ms {self.max_queue_wait * 1000:g})",
+                    max(1, math.ceil(wait)),
                 )
         if self.max_queue is None:
             return
         with self._cond:
             depth = self._live()
         if depth >= self.max_queue:
-            self._metrics.shed.inc(model=self.name)
-            raise ApiError(
-                429,
-                f"model {self.name!r}: {depth} requests are waiting already (--max_queue "
-                f"{self.max_queue}); try again shortly",
-                kind="overloaded",
-                headers={"Retry-After": str(self.retry_after())},
+            self._shed(
+                f"{depth} requests are waiting already (--max_queue {self.max_queue})", self.retry_after()
             )
+
+    def _shed(self, why: str, retry_after: int) -> None:
+        """Count a refused request and raise its 429 with ``Retry-After``."""
+        self._metrics.shed.inc(model=self.name)
+        raise ApiError(
+            429,
+            f"model {self.name!r}: {why}; try again shortly",
+            kind="overloaded",
+            headers={"Retry-After": str(retry_after)},
+        )
 
     def submit(
         self, inputs: list[dict[str, Any]], overrides: dict[str, Any], tokens: int | list[int]
