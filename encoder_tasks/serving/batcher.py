@@ -22,10 +22,13 @@ request that timed out or whose client left stops computing at the next pass, no
 Admission: at most ``max_queue`` requests wait per model, and (``max_queue_wait_ms``) the work
 ahead of a new request, the running batch's rest and the queued tokens at the measured seconds per
 token, must fit in that wait; one more gets a 429 with ``Retry-After`` at once
-(:meth:`Batcher.admit`), not a 503 after the timeout. The wait budget is what keeps admitted
-requests at their normal latency under overload: a count of requests says nothing of how long
-they take. A request answered elsewhere (timed
-out, client gone) leaves the queue and its gauge at once. An exception in a batch fails that
+(:meth:`Batcher.admit`), not a 503 after the timeout. A request admitted but still being counted
+(its tokenizing, off the event loop: :meth:`Batcher.reserved`) counts as waiting, at the tokens
+the recent requests had: else a burst of clients arriving at once all pass admission before any
+has reached the queue, and the ones refused only after their counting waited ~150 ms for a 429.
+The wait budget is what keeps admitted requests at their normal latency under overload: a count
+of requests says nothing of how long they take. A request answered elsewhere (timed out, client
+gone) leaves the queue and its gauge at once. An exception in a batch fails that
 batch's requests only (a task's :class:`~encoder_tasks.errors.UserError` is the client's 400, any
 other is a 500 logged with its traceback).
 
@@ -45,6 +48,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -128,6 +132,8 @@ class Batcher:
         # first has run (the first forward pays for set-up: it would price every token as slow).
         self._seconds_per_token = 0.0
         self._timed_seconds, self._timed_tokens, self._batches_run = 0.0, 0, 0
+        self._reserved = 0  # admitted requests not queued yet (being counted)
+        self._tokens_per_request = 0.0  # a moving average of the requests queued
         self._running_tokens: dict[int, tuple[int, float]] = {}  # worker -> (tokens, since)
         self._queue: list[Job] = []
         self._cond = threading.Condition()
@@ -177,10 +183,32 @@ class Batcher:
     def _live(self) -> int:
         return sum(1 for job in self._queue if not job.future.done())
 
+    @contextlib.contextmanager
+    def reserved(self):
+        """While the block runs (a request admitted, its tokens being counted), admission counts
+        the request as waiting. Leave the block before :meth:`submit`, which counts it queued.
+
+        Example:
+            >>> from encoder_tasks.serving.metrics import ServerMetrics
+            >>> batcher = Batcher("echo", lambda inputs, overrides: inputs, 64, 5.0, ServerMetrics(), max_queue=1)
+            >>> with batcher.reserved():
+            ...     batcher.admit()
+            Traceback (most recent call last):
+            ...
+            encoder_tasks.serving.errors.ApiError: model 'echo': 1 requests are waiting already (--max_queue 1); try again shortly
+        """
+        with self._cond:
+            self._reserved += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._reserved -= 1
+
     def retry_after(self) -> int:
         """Seconds a refused client should wait: about the time the queue takes to clear."""
         with self._cond:
-            depth = self._live()
+            depth = self._live() + self._reserved
         per_request = self._batch_seconds / max(self._last_batch_requests, 1)
         return max(1, min(60, math.ceil(per_request * depth)))
 
@@ -189,6 +217,7 @@ class Batcher:
         queued token, at the seconds per token the last batches took (0 before any has run)."""
         with self._cond:
             queued = sum(job.tokens for job in self._queue if not job.future.done())
+            queued += self._reserved * self._tokens_per_request
             running = list(self._running_tokens.values())
         per_token, now = self._seconds_per_token, time.monotonic()
         rest = sum(max(0.0, tokens * per_token - (now - since)) for tokens, since in running)
@@ -209,7 +238,7 @@ class Batcher:
         if self.max_queue is None:
             return
         with self._cond:
-            depth = self._live()
+            depth = self._live() + self._reserved
         if depth >= self.max_queue:
             self._shed(
                 f"{depth} requests are waiting already (--max_queue {self.max_queue})", self.retry_after()
@@ -244,6 +273,10 @@ class Batcher:
                 raise ApiError(503, f"model {self.name!r}: the server is shutting down")
         self.admit()
         with self._cond:
+            total = sum(costs)
+            self._tokens_per_request = (
+                0.8 * self._tokens_per_request + 0.2 * total if self._tokens_per_request else total
+            )
             self._queue.append(job)
             self._metrics.queue_depth.set(self._live(), model=self.name)
             self._cond.notify()

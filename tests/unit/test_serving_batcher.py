@@ -225,6 +225,33 @@ def test_the_wait_budget_sheds_by_the_work_ahead_not_by_the_count():
     )
 
 
+def test_requests_still_being_counted_count_as_waiting_at_the_recent_requests_size():
+    # A burst passes admission before any of it is queued (its tokens are counted off the event
+    # loop): each reserved request counts as the recent requests' tokens, so the burst's tail is
+    # refused at once rather than after its counting.
+    model = GatedModel()
+    batcher = Batcher("m", model, 8192, 0.0, ServerMetrics(), max_queue=3, max_queue_wait_ms=1000)
+    batcher.start()
+
+    async def scenario():
+        await batcher.submit([{"text": "set-up"}], {}, tokens=1)
+        await batcher.submit([{"text": "timed"}], {}, tokens=100)
+        per_token, per_request = batcher._seconds_per_token, batcher._tokens_per_request
+        assert per_request == pytest.approx(0.8 * 1 + 0.2 * 100)
+        with batcher.reserved(), batcher.reserved():
+            assert batcher.estimated_wait() == pytest.approx(2 * per_request * per_token)
+            batcher.admit()  # two waiting, --max_queue 3: a third fits
+            with batcher.reserved(), pytest.raises(ApiError) as refused:
+                batcher.admit()
+        assert batcher.estimated_wait() == 0.0  # left the blocks: nothing counts as waiting
+        batcher.admit()
+        return refused.value
+
+    error = asyncio.run(scenario())
+    assert error.status == 429 and "3 requests are waiting already (--max_queue 3)" in error.message
+    assert batcher.stop(timeout=5)
+
+
 def test_the_speed_is_a_ratio_of_sums_so_small_batches_do_not_price_tokens_as_slow():
     batcher = Batcher("m", GatedModel(), 8192, 0.0, ServerMetrics(), max_queue_wait_ms=1000)
     batcher.start()
