@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UserError
 from .access import API_KEY_ENV, RequireKey, docs_page
-from .body import ReadBody
+from .body import ParsedBodyRoute, ReadBody
 from .errors import install_handlers
 from .metrics import ObserveRequests, ServerMetrics
 from .models import ServedModel, choose_model
@@ -164,6 +164,7 @@ def create_app(models: dict[str, str | Path], options: ServeOptions | None = Non
         redoc_url=None,
         openapi_url="/openapi.json" if options.docs == "on" else None,
     )
+    app.router.route_class = ParsedBodyRoute  # the routes below read the JSON ReadBody parsed
     app.state.served, app.state.options, app.state.metrics = served, options, metrics
     app.state.created = int(time.time())
     #: Called (on the event loop) when a model fails to load: the CLI stops the server, exit 1.

@@ -13,8 +13,10 @@ at once, with JSON naming what and where, when it is:
 - nested deeper than :data:`MAX_DEPTH` (400), or holding a lone surrogate (``"\\ud800"``: valid
   JSON that no UTF-8 text or tokenizer can hold) in a value or a field name (400 naming the field).
 
-Then the route reads the same bytes (the body is replayed). Malformed JSON is left to the route's
-own parser, whose error names the line and column.
+Then the route reads the same bytes (the body is replayed), and the JSON parsed here: a route of
+:class:`ParsedBodyRoute` takes it instead of parsing the body again (a 5 MB body is ~7 ms of the
+event loop each time it is parsed). Malformed JSON is left to the route's own parser, whose error
+names the line and column.
 
 Example:
     >>> check_json(b'{"inputs": [{"text": "a \\\\ud800"}]}')
@@ -31,7 +33,9 @@ import re
 import time
 from typing import Any
 
+from fastapi import Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 
 from .errors import ApiError, style_for
 
@@ -39,6 +43,10 @@ from .errors import ApiError, style_for
 MAX_DEPTH = 32
 #: Bodies above this many bytes are parsed on a worker thread, off the event loop.
 _THREAD_PARSE = 1 << 16
+#: The scope key where :class:`ReadBody` leaves the JSON it parsed, for :class:`ParsedBodyRequest`.
+PARSED_JSON = "encoder_tasks.parsed_json"
+#: What :func:`check_json` returns for a body that is not JSON.
+NOT_JSON = object()
 _UTF8 = ("utf-8", "utf8")
 _CHARSET = re.compile(r";\s*charset\s*=\s*\"?([^\";\s]+)", re.IGNORECASE)
 
@@ -97,9 +105,10 @@ def check_value(value: Any) -> None:
             stack.extend((child, [*path, i]) for i, child in reversed(list(enumerate(item))))
 
 
-def check_json(body: bytes) -> None:
-    """Refuse a body that is not UTF-8, nests too deep or holds a lone surrogate (ApiError 400);
-    JSON that does not parse is left to the route, whose message names the line and column."""
+def check_json(body: bytes) -> Any:
+    """The JSON value of ``body``. Refuses a body that is not UTF-8, nests too deep or holds a
+    lone surrogate (ApiError 400); JSON that does not parse is :data:`NOT_JSON`, left to the route,
+    whose message names the line and column."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -118,8 +127,35 @@ def check_json(body: bytes) -> None:
             "request body",
         ) from None
     except ValueError:
-        return  # the route's parser says where
+        return NOT_JSON  # the route's parser says where
     check_value(value)
+    return value
+
+
+class ParsedBodyRequest(Request):
+    """A request whose :meth:`json` is the value :class:`ReadBody` parsed, where it parsed one."""
+
+    async def json(self) -> Any:
+        parsed = self.scope.get(PARSED_JSON, NOT_JSON)
+        return await super().json() if parsed is NOT_JSON else parsed
+
+
+class ParsedBodyRoute(APIRoute):
+    """A route that reads its JSON body as :class:`ReadBody` parsed it (FastAPI's documented
+    custom-request pattern), rather than parsing the same bytes a second time.
+
+    Example:
+        >>> from fastapi import APIRouter
+        >>> router = APIRouter(route_class=ParsedBodyRoute)
+    """
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def parsed_once(request: Request):
+            return await handler(ParsedBodyRequest(request.scope, request.receive))
+
+        return parsed_once
 
 
 class ReadBody:
@@ -178,11 +214,13 @@ class ReadBody:
         if body and "json" in content_type.lower() or (body and not content_type):
             try:
                 if len(body) > _THREAD_PARSE:
-                    await asyncio.to_thread(check_json, body)
+                    parsed = await asyncio.to_thread(check_json, body)
                 else:
-                    check_json(body)
+                    parsed = check_json(body)
             except ApiError as error:
                 return await _refuse(scope, receive, send, error, style, close=False)
+            if parsed is not NOT_JSON:
+                scope[PARSED_JSON] = parsed
         replayed = False
 
         async def replay():

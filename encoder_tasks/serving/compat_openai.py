@@ -30,10 +30,11 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, WithJsonSchema
 
 from ..inputs import describe
+from .body import ParsedBodyRoute
 from .errors import ApiError
 from .models import choose_model
 
-router = APIRouter(tags=["OpenAI-compatible"])
+router = APIRouter(tags=["OpenAI-compatible"], route_class=ParsedBodyRoute)
 
 #: ``str | list[str]`` in /docs; checked by :func:`check_texts` (one message naming the field).
 Texts = Annotated[

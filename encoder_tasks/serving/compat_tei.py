@@ -47,6 +47,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, WithJsonSchema
 
 from ..inputs import describe
+from .body import ParsedBodyRoute
 from .compat_openai import (
     Texts,
     check_dimensions,
@@ -64,7 +65,7 @@ from .models import choose_model
 
 logger = logging.getLogger(__name__)
 
-router = APIRouter(tags=["text-embeddings-inference-compatible"])
+router = APIRouter(tags=["text-embeddings-inference-compatible"], route_class=ParsedBodyRoute)
 
 #: The answer header naming the request fields a TEI route ignored.
 IGNORED_HEADER = "X-Ignored-Fields"

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from encoder_tasks.serving.body import MAX_DEPTH, check_json
+from encoder_tasks.serving.body import MAX_DEPTH, NOT_JSON, check_json
 from encoder_tasks.serving.errors import ApiError
 from tests.serving import live_server
 
@@ -93,7 +93,9 @@ def test_body_errors_say_what_and_where(server):
 
 
 def test_check_json_leaves_good_bodies_alone():
-    check_json(json.dumps({"inputs": [{"text": "é ü 😀"}], "parameters": {"top_k": 3}}).encode())
+    good = {"inputs": [{"text": "é ü 😀"}], "parameters": {"top_k": 3}}
+    assert check_json(json.dumps(good).encode()) == good
+    assert check_json(b'{"inputs": [') is NOT_JSON  # the route's parser names line and column
     with pytest.raises(ApiError, match=r"inputs\[1\]\.text: expected text, found a lone surrogate \\udfff"):
         check_json(rb'{"inputs": [{"text": "ok"}, {"text": "\udfff"}]}')
 
@@ -118,6 +120,28 @@ def _read_answer(sock, within=20.0):
                 return data, True
             data += chunk
     return data, False
+
+
+def test_every_route_reads_the_json_the_body_check_parsed_without_parsing_it_again(server, monkeypatch):
+    import starlette.requests
+
+    parses = []
+
+    class CountingJson:
+        def loads(self, *args, **kwargs):
+            parses.append(1)
+            return json.loads(*args, **kwargs)
+
+    monkeypatch.setattr(starlette.requests, "json", CountingJson())
+    answer = post(server, PREDICT.format("sst2"), json.dumps({"inputs": [{"text": "fine"}]}))
+    assert answer.status_code == 200 and len(answer.json()["predictions"]) == 1, answer.text
+    embedded = post(server, "/v1/embeddings", json.dumps({"model": "emb", "input": ["a", "b"]}))
+    assert embedded.status_code == 200 and len(embedded.json()["data"]) == 2, embedded.text
+    tei = post(server, "/embed", json.dumps({"inputs": ["a"]}))
+    assert tei.status_code == 200 and len(tei.json()) == 1, tei.text
+    assert not parses
+    broken = post(server, PREDICT.format("sst2"), '{"inputs": [')  # not JSON: the route's parser
+    assert broken.status_code in (400, 422) and parses == [1], broken.text
 
 
 def test_a_chunked_body_is_stopped_at_the_byte_limit(server):

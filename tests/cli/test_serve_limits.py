@@ -188,5 +188,7 @@ def test_a_request_far_over_the_cap_is_refused_from_its_word_count_before_tokeni
     finally:
         del served.costs
     assert answer.status_code == 413, answer.text
-    assert "found at least" in answer.json()["error"]["message"]
+    message = answer.json()["error"]["message"]
+    # 3,000 words, windowed: the first input alone is past the cap of 4,000, and counting stops
+    assert "found at least 6144 in the first 1 of 4 inputs" in message, message
     assert not calls  # never tokenized
