@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -214,13 +215,18 @@ class EncoderWithHead(nn.Module):
         return model
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike) -> EncoderWithHead:
+    def from_pretrained(cls, path: str | os.PathLike, encoder: nn.Module | None = None) -> EncoderWithHead:
         """Rebuild a saved model (any task) from its directory; no network access needed.
 
         The head class is the one ``encoder_tasks.json`` names (``head_class``), built from the
         settings it saved (format 2) or from its constructor arguments (format 1), as
         sentence-transformers rebuilds a model from the classes in its ``modules.json``: no
         task registry is needed to open a saved model.
+
+        ``encoder``: a stand-in that already holds the saved encoder (a runtime running its
+        exported graph: :func:`encoder_tasks.runtimes.remembered_runtime`); then only the head's
+        weights are read, and the torch encoder is never built (transformers' model code is
+        most of a one-sentence predict's start-up). A plain model, not LoRA or int8.
 
         Example:
             >>> model = EncoderWithHead.from_pretrained("runs/classification-sst2")  # doctest: +SKIP
@@ -233,6 +239,8 @@ class EncoderWithHead(nn.Module):
         if cls is not EncoderWithHead and not issubclass(head_cls, cls):
             raise UserError(f"{path} holds a {metadata.get('task')!r} model, not a {cls.task!r} model")
         settings = load_settings(head_cls.Settings, metadata)
+        if encoder is not None:
+            return cls._around(head_cls, encoder, settings, metadata, path)
         encoder = _encoder_from_config(path)
         if settings.lora:  # a LoRA checkpoint: adapters stored apart, re-inject before loading
             add_lora(encoder, settings.lora)
@@ -247,6 +255,29 @@ class EncoderWithHead(nn.Module):
         model.load_weights(path)
         model.eval()
         return model
+
+    @staticmethod
+    def _around(head_cls, encoder: nn.Module, settings, metadata: dict, path: str) -> EncoderWithHead:
+        if settings.lora or settings.get("quantization"):
+            raise UserError(f"{path}: a LoRA or int8 model loads with its torch encoder")
+        if metadata.get("settings"):
+            model = head_cls.from_settings(encoder, settings)
+        else:
+            model = head_cls(encoder, **(metadata.get("head_config") or {}))
+        model.settings = settings
+        weights = Path(path) / WEIGHTS_FILE
+        if not weights.is_file():
+            raise UserError(f"{path}: no {WEIGHTS_FILE}; the run did not finish saving")
+        with safe_open(str(weights), framework="pt") as handle:  # the head's tensors only
+            state = {k: handle.get_tensor(k) for k in handle.keys() if not k.startswith("encoder.")}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [name for name in missing if not name.startswith("encoder.")]  # the stand-in's own
+        if missing or unexpected:  # a head tied to the encoder's weights (MLM) needs the encoder
+            raise UserError(
+                f"{weights}: the head's weights do not load apart from the encoder "
+                f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+            )
+        return model.eval()
 
     def load_weights(self, path: str | os.PathLike) -> None:
         weights = Path(path) / WEIGHTS_FILE

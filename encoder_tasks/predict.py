@@ -112,7 +112,8 @@ def load_for_prediction(
     if args.disable_tqdm:  # every progress bar reads this
         os.environ["ENCODER_TASKS_DISABLE_TQDM"] = "1"
     path = resolve_model_path(args.model_dir)
-    model = (load or EncoderWithHead.from_pretrained)(path)
+    remembered = _on_remembered_runtime(args, path, task_name, settings_skip) if load is None else None
+    model = remembered or (load or EncoderWithHead.from_pretrained)(path)
     if model.task != task_name:
         raise UserError(
             f"{args.model_dir} holds a {model.task!r} model; use `encoder-tasks {model.task} predict`"
@@ -123,29 +124,29 @@ def load_for_prediction(
         _int8_precision(args)
         choose_backend(args, model, path)  # torch only: refuses another backend by name
         return model.cpu(), tokenizer  # its int8 kernels are CPU kernels
+    if remembered is not None:
+        return model, tokenizer  # on the runtime auto chose before, in fp32
     model.to(inference_device())
-    if choose_backend(args, model, path) != "torch":
+    if choose_backend(args, model, path, source=path if load is None else None) != "torch":
         return model, tokenizer  # the encoder runs in a runtime, in fp32
     if not fp32_weights:
         cast_encoder_for_inference(model, getattr(args, "precision", "auto"))
     return model, tokenizer
 
 
-def choose_backend(args, model, path: str) -> str:
+def choose_backend(args, model, path: str, source: str | None = None) -> str:
     """Run ``model``'s encoder on ``args.backend`` (:func:`encoder_tasks.runtimes.apply_backend`);
-    returns the backend chosen and records it in ``args.backend``.
+    returns the backend chosen and records it in ``args.backend``. ``source``: the directory
+    ``model`` was loaded from as saved (``auto`` notes its files, for the next load).
 
     ``--backend`` left unset means ``$ENCODER_TASKS_BACKEND``, else ``auto``. A directory whose
     settings record a graph (``runtime``: ``encoder-tasks quantize --backend onnx``) loads that graph.
     The runtimes compute in fp32: ``--precision auto`` means fp32 there, ``bf16`` keeps ``auto`` on
     torch and is refused with an explicit runtime backend.
     """
-    from .runtimes import apply_backend, check_backend, default_backend
-    from .settings import given_fields
+    from .runtimes import apply_backend, check_backend
 
-    backend = getattr(args, "backend", "auto") or "auto"
-    if backend == "auto" and "backend" not in given_fields(args):
-        backend = default_backend()
+    backend = _backend_asked(args)
     check_backend(backend)
     precision = getattr(args, "precision", "auto")
     runtime = model.settings.get("runtime") if model.settings is not None else None
@@ -163,11 +164,65 @@ def choose_backend(args, model, path: str) -> str:
         batch_size=getattr(args, "batch_size", 16) or 16,
         runtime=runtime,
         where=path,
+        source=source,
     )
     if chosen != "torch" and precision == "auto":
         object.__setattr__(args, "precision", "fp32")
     object.__setattr__(args, "backend", chosen)
     return chosen
+
+
+def _backend_asked(args) -> str:
+    """``--backend`` as given, else ``$ENCODER_TASKS_BACKEND``, else ``auto``."""
+    from .runtimes import default_backend
+    from .settings import given_fields
+
+    backend = getattr(args, "backend", "auto") or "auto"
+    if backend == "auto" and "backend" not in given_fields(args):
+        backend = default_backend()
+    return backend
+
+
+def _on_remembered_runtime(args, path: str, task_name: str, settings_skip: tuple[str, ...]):
+    """The saved model with its encoder on the runtime ``auto`` chose for these files before, on
+    this machine (:func:`encoder_tasks.runtimes.remembered_runtime`), its torch encoder never
+    built; None where there is no such choice or the model needs its torch encoder (load it as
+    usual: ``auto`` then measures, and notes the files for the next time)."""
+    import copy
+
+    from .artifact import read_task_metadata
+    from .heads import EncoderWithHead
+    from .runtimes import remembered_runtime, swap_encoder
+    from .settings import resolve
+
+    precision = getattr(args, "precision", "auto")
+    if _backend_asked(args) != "auto" or precision == "bf16" or inference_device().type != "cpu":
+        return None
+    metadata = read_task_metadata(path) or {}
+    saved = metadata.get("settings") or {}
+    if metadata.get("task") != task_name or any(saved.get(k) for k in ("runtime", "quantization", "lora")):
+        return None
+    probe = copy.copy(args)  # the batch size auto measured with: the flag, else the saved one
+    resolve(probe, saved, skip=settings_skip)
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+        batch_size = getattr(probe, "batch_size", 16) or 16
+        runtime = remembered_runtime(path, config, precision=precision, batch_size=batch_size)
+        if runtime is None:
+            return None
+        model = EncoderWithHead.from_pretrained(path, encoder=runtime)
+    # A head that needs the torch encoder itself (MLM's tied output layer) fails here: loaded as
+    # usual, which also says what is wrong with the files, if anything is.
+    except (UserError, OSError, ValueError, AttributeError, TypeError) as exc:
+        logger.debug("%s: loading with its torch encoder (%s)", path, exc)
+        return None
+    swap_encoder(model, runtime)
+    object.__setattr__(args, "backend", runtime.backend)
+    if precision == "auto":
+        object.__setattr__(args, "precision", "fp32")
+    return model
 
 
 def _is_int8(model) -> bool:

@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from ..errors import UserError, check_choice
+from ..precision import uses_bf16
 from .base import EncoderRuntime
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,8 @@ BACKENDS = ("torch", "onnx", "openvino")
 CHOICES = ("auto", *BACKENDS)
 
 #: backend -> the module that exports and loads it (two functions: ``export_encoder(encoder,
-#: dest_dir) -> Path`` and ``load(path, config, threads=None) -> EncoderRuntime``), imported lazily.
+#: dest_dir) -> Path`` and ``load(path, config, threads=None) -> EncoderRuntime``; optionally
+#: ``computes_bf16() -> bool``, for :data:`BF16_BACKENDS`), imported lazily.
 RUNTIMES: dict[str, str] = {
     "onnx": "encoder_tasks.runtimes.onnx",
     "openvino": "encoder_tasks.runtimes.openvino",
@@ -74,6 +76,11 @@ PARITY_TOLERANCE = 1e-3
 #: the probes then put OpenVINO fp32 a little under 1.05x torch for MiniLM while real sentences
 #: ran it far faster, and the margin kept the slower backend: docs/speed.md.)
 MIN_GAIN = 1.0
+#: A runtime computing in bf16 passes its check within this many times the difference torch's own
+#: bf16 makes (measured on MiniLM-L6, AMX: torch bf16 0.035 from fp32, OpenVINO bf16 0.042).
+BF16_PARITY_FACTOR = 2.0
+#: The version of what ``auto`` remembers: 2 added bf16 runtimes (records of 1 are measured again).
+CHOICE_VERSION = 2
 #: Environment variables: the default backend, and the cache of exported graphs.
 BACKEND_ENV = "ENCODER_TASKS_BACKEND"
 CACHE_ENV = "ENCODER_TASKS_CACHE"
@@ -153,14 +160,25 @@ def weights_key(encoder: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def _graph_folder(backend: str, key: str) -> Path:
+    module = runtime_module(backend)
+    return cache_dir() / backend / f"{key}-{getattr(module, 'GRAPH_VERSION', 1)}"
+
+
+def cached_graph(backend: str, key: str) -> Path | None:
+    """The graph exported for the encoder of :func:`weights_key` ``key``, if it is in the cache."""
+    done = _graph_folder(backend, key) / "done"
+    return done.parent / done.read_text(encoding="utf-8").strip() if done.is_file() else None
+
+
 def exported(backend: str, encoder: nn.Module, key: str | None = None) -> Path:
     """The graph of ``encoder`` for ``backend``, from the cache or exported into it now (``key``:
     :func:`weights_key` of ``encoder``, when already known)."""
-    module = runtime_module(backend)
-    folder = cache_dir() / backend / f"{key or weights_key(encoder)}-{getattr(module, 'GRAPH_VERSION', 1)}"
-    done = folder / "done"
-    if done.is_file():
-        return folder / done.read_text(encoding="utf-8").strip()
+    key = key or weights_key(encoder)
+    found = cached_graph(backend, key)
+    if found is not None:
+        return found
+    module, folder = runtime_module(backend), _graph_folder(backend, key)
     folder.parent.mkdir(parents=True, exist_ok=True)
     import tempfile
 
@@ -187,10 +205,27 @@ def exported(backend: str, encoder: nn.Module, key: str | None = None) -> Path:
     return folder / (folder / "done").read_text(encoding="utf-8").strip()
 
 
+#: Backends that can compute an fp32 graph in bf16 (OpenVINO's ``INFERENCE_PRECISION_HINT``).
+BF16_BACKENDS = ("openvino",)
+
+
 def load_runtime(
-    backend: str, path: str | os.PathLike, config, threads: int | None = None, precision: str = "fp32"
+    backend: str,
+    path: str | os.PathLike,
+    config,
+    threads: int | None = None,
+    precision: str = "fp32",
+    compute: str = "fp32",
 ):
-    """``backend``'s :class:`EncoderRuntime` for the graph at ``path``."""
+    """``backend``'s :class:`EncoderRuntime` for the graph at ``path``; ``compute`` ``bf16``: an
+    fp32 graph computed in bf16 (a backend of :data:`BF16_BACKENDS`; the runtime's precision is
+    then ``bf16``)."""
+    if compute == "bf16":
+        if backend not in BF16_BACKENDS:
+            raise ValueError(f"the {backend} backend does not compute in bf16")
+        runtime = runtime_module(backend).load(Path(path), config, threads, precision="bf16")
+        runtime.precision = "bf16"
+        return runtime
     runtime = runtime_module(backend).load(Path(path), config, threads)
     runtime.precision = precision
     return runtime
@@ -235,9 +270,12 @@ def _encoder_inputs(encoder, batch: dict[str, torch.Tensor]) -> dict[str, torch.
 
 
 @torch.inference_mode()
-def parity(reference: nn.Module, runtime: nn.Module, batches) -> dict[str, float]:
+def parity(
+    reference: nn.Module, runtime: nn.Module, batches, allowed: float | None = None
+) -> dict[str, float]:
     """``{"max_abs_diff", "scale", "allowed", "passed"}``: ``runtime``'s hidden states against
-    ``reference``'s (the torch encoder, fp32) over the real tokens of ``batches``."""
+    ``reference``'s (the torch encoder, fp32) over the real tokens of ``batches``; ``allowed``:
+    the largest difference that passes (default :data:`PARITY_TOLERANCE` of the scale)."""
     diff = scale = 0.0
     for batch in batches:
         inputs = _encoder_inputs(reference, batch)
@@ -248,7 +286,7 @@ def parity(reference: nn.Module, runtime: nn.Module, batches) -> dict[str, float
             return {"max_abs_diff": float("inf"), "scale": 0.0, "allowed": 0.0, "passed": False}
         diff = max(diff, float((got[real] - want[real]).abs().max()))
         scale = max(scale, float(want[real].abs().max()))
-    allowed = PARITY_TOLERANCE * (1.0 + scale)
+    allowed = max(allowed or 0.0, PARITY_TOLERANCE * (1.0 + scale))
     passed = bool(np.isfinite(diff) and diff <= allowed)
     return {"max_abs_diff": diff, "scale": scale, "allowed": allowed, "passed": passed}
 
@@ -313,9 +351,12 @@ def apply_backend(
     batch_size: int = 16,
     runtime: dict | None = None,
     where: str | None = None,
+    source: str | os.PathLike | None = None,
 ) -> str:
     """Run ``model``'s encoder on ``backend``; returns the backend chosen (``torch`` when nothing
     changed). ``model`` is a task model (:class:`~encoder_tasks.heads.EncoderWithHead`) in eval mode.
+    ``source``: the saved model's directory, whose encoder ``model`` holds as loaded: ``auto``
+    then notes which weights its files hold, for :func:`remembered_runtime`.
 
     ``runtime`` is the record of a graph saved in the model's directory (``encoder-tasks quantize
     --backend onnx``: ``{"backend", "file", "precision", ...}``) and ``where`` that directory: with
@@ -355,16 +396,27 @@ def apply_backend(
         logger.info("backend auto: torch (no runtime installed: pip install 'encoder-tasks[onnx]')")
         return "torch"
     key = weights_key(reference)
+    if source is not None and backend == "auto":
+        _remember_files(source, key)
     decision = _decision_file(key, wanted, threads, batches, precision) if backend == "auto" else None
     if decision is not None and decision.is_file():
         chosen = _apply_decision(model, reference, decision, wanted, key, threads)
         if chosen is not None:
             return chosen
+    # Where auto's torch computes in bf16 (a CPU with AMX), a runtime that can computes in bf16 too,
+    # checked against twice torch's own bf16 difference from fp32.
+    bf16 = backend == "auto" and uses_bf16(device, precision) and any(_computes_bf16(n) for n in wanted)
+    bf16_allowed = _bf16_allowance(reference, batches, device) if bf16 else None
     checked: dict[str, tuple[EncoderRuntime, dict]] = {}
     for name in wanted:
+        compute = "bf16" if bf16 and _computes_bf16(name) else "fp32"
         try:
-            candidate = load_runtime(name, exported(name, reference, key), reference.config, threads)
-            checked[name] = (candidate, parity(reference, candidate, batches))
+            graph = exported(name, reference, key)
+            candidate = load_runtime(name, graph, reference.config, threads, compute=compute)
+            checked[name] = (
+                candidate,
+                parity(reference, candidate, batches, bf16_allowed if compute == "bf16" else None),
+            )
         except UserError:
             raise
         except Exception as exc:  # a family a runtime cannot export or run: auto skips it, loudly
@@ -391,12 +443,37 @@ def apply_backend(
     return _choose(model, reference, checked, batches, precision, decision)
 
 
+def _computes_bf16(backend: str) -> bool:
+    """Whether ``backend`` can compute an fp32 graph in bf16 on this CPU, natively."""
+    if backend not in BF16_BACKENDS:
+        return False
+    return bool(getattr(runtime_module(backend), "computes_bf16", lambda: False)())
+
+
+@torch.inference_mode()
+def _bf16_allowance(reference: nn.Module, batches, device) -> float:
+    """:data:`BF16_PARITY_FACTOR` times the largest difference torch's own bf16 autocast makes to
+    the encoder's fp32 hidden states on ``batches`` (real tokens): what a bf16 runtime may differ."""
+    from ..precision import autocast_for
+
+    diff = 0.0
+    for batch in batches:
+        inputs = _encoder_inputs(reference, batch)
+        want = reference(**inputs, return_dict=True).last_hidden_state.float()
+        with autocast_for(device, "bf16"):
+            got = reference(**inputs, return_dict=True).last_hidden_state.float()
+        real = batch["attention_mask"].bool()
+        diff = max(diff, float((got[real] - want[real]).abs().max()))
+    return BF16_PARITY_FACTOR * diff
+
+
 def _decision_file(key: str, wanted, threads, batches, precision: str) -> Path:
     """Where ``auto`` keeps what it measured for this encoder on this machine: keyed by the weights,
     the runtimes and their versions, the CPU's flags, the threads, the probe and the precision."""
     from importlib import metadata
 
     digest = hashlib.blake2b(digest_size=12)
+    digest.update(f"choice:{CHOICE_VERSION};".encode())
     for name in wanted:
         package = PACKAGES.get(name, (name, name))[0]
         try:
@@ -435,7 +512,9 @@ def _apply_decision(model, reference, decision: Path, wanted, key: str, threads)
     if best != "torch":
         if best not in wanted:
             return None
-        swap_encoder(model, load_runtime(best, exported(best, reference, key), reference.config, threads))
+        compute = found.get("compute", "fp32")
+        graph = exported(best, reference, key)
+        swap_encoder(model, load_runtime(best, graph, reference.config, threads, compute=compute))
     logger.info(
         "backend auto: %s (measured before on this machine: %s; delete %s to measure again)",
         best,
@@ -443,6 +522,93 @@ def _apply_decision(model, reference, decision: Path, wanted, key: str, threads)
         decision,
     )
     return best
+
+
+# ---- a model auto measured before, opened without its torch encoder ------------------------------
+def _files_fingerprint(model_dir: str | os.PathLike) -> str | None:
+    """What identifies the weights a saved model's files hold: the weights file's path, size,
+    inode and modification time, and the config's text (a file written again, as every save
+    does by rename, gets another). None where the directory has no such files."""
+    folder = Path(model_dir).resolve()
+    try:
+        stat = (folder / "model.safetensors").stat()
+        config = (folder / "config.json").read_bytes()
+    except OSError:
+        return None
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{folder}|{stat.st_size}|{stat.st_ino}|{stat.st_mtime_ns}|".encode())
+    digest.update(config)
+    return digest.hexdigest()
+
+
+def _remember_files(model_dir: str | os.PathLike, key: str) -> None:
+    fingerprint = _files_fingerprint(model_dir)
+    if fingerprint is None:
+        return
+    import json
+
+    record = cache_dir() / "files" / f"{fingerprint}.json"
+    if record.is_file():
+        return
+    record.parent.mkdir(parents=True, exist_ok=True)
+    staging = record.with_suffix(f".{os.getpid()}.tmp")
+    staging.write_text(json.dumps({"weights_key": key, "model_dir": str(model_dir)}), encoding="utf-8")
+    staging.replace(record)
+
+
+def remembered_runtime(
+    model_dir: str | os.PathLike,
+    config,
+    *,
+    threads: int | None = None,
+    precision: str = "auto",
+    batch_size: int = 16,
+) -> EncoderRuntime | None:
+    """``auto``'s earlier choice for the model in ``model_dir``, loaded without building its torch
+    encoder: the runtime (its graph from the cache) when ``auto`` measured these very files on
+    this machine before and chose a runtime, else None (load as usual; ``auto`` then measures).
+
+    The parity check and the timing ran when the choice was made; what is reused is keyed as that
+    choice was (the weights' hash, the runtimes and their versions, the CPU, threads, probes,
+    precision), reached through the files' fingerprint (:func:`_files_fingerprint`) so that the
+    weights need not be hashed, nor the encoder built, to find it. A one-sentence ``predict``
+    spends most of its start-up importing transformers' model code and building the encoder.
+
+    Example:
+        >>> remembered_runtime("/nonexistent", None) is None
+        True
+    """
+    import json
+
+    fingerprint = _files_fingerprint(model_dir)
+    if fingerprint is None:
+        return None
+    try:
+        key = json.loads((cache_dir() / "files" / f"{fingerprint}.json").read_text(encoding="utf-8"))
+        key = key["weights_key"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    wanted = [b for b in BACKENDS if b != "torch" and installed(b)]
+    if not wanted:
+        return None
+    batches = probe_batches(config, batch_size=max(2, min(batch_size, 64)))
+    decision = _decision_file(key, wanted, threads, batches, precision)
+    try:
+        found = json.loads(decision.read_text(encoding="utf-8"))
+        best = found["backend"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    graph = cached_graph(best, key) if best in wanted else None
+    if graph is None:
+        return None
+    runtime = load_runtime(best, graph, config, threads, compute=found.get("compute", "fp32"))
+    logger.info(
+        "backend auto: %s (measured before on this machine: %s; delete %s to measure again)",
+        best,
+        found.get("reason", ""),
+        decision,
+    )
+    return runtime
 
 
 def _choose(model, reference, checked, batches, precision: str, decision: Path | None = None) -> str:
@@ -466,7 +632,9 @@ def _choose(model, reference, checked, batches, precision: str, decision: Path |
     fastest = min(times, key=times.get)
     # torch is the reference: a runtime replaces it only when clearly faster, not within the noise
     best = fastest if times["torch"] >= MIN_GAIN * times[fastest] else "torch"
-    speeds = ", ".join(f"{name} {times['torch'] / t:.2f}x" for name, t in times.items())
+    computes = {name: getattr(runtime, "precision", "fp32") for name, (runtime, _) in checked.items()}
+    labels = {name: f"{name} bf16" for name, compute in computes.items() if compute == "bf16"}
+    speeds = ", ".join(f"{labels.get(name, name)} {times['torch'] / t:.2f}x" for name, t in times.items())
     skipped = f"; failed parity: {', '.join(failed)}" if failed else ""
     why = "the fastest" if best == fastest else f"no runtime {MIN_GAIN:.2f}x faster"
     reason = f"{why} on probe batches, speed vs torch: {speeds}{skipped}"
@@ -479,6 +647,8 @@ def _choose(model, reference, checked, batches, precision: str, decision: Path |
 
         decision.parent.mkdir(parents=True, exist_ok=True)
         record = {"backend": best, "reason": reason, "seconds": times, "failed_parity": sorted(failed)}
+        if best != "torch":
+            record["compute"] = computes[best]  # fp32, or bf16
         staging = decision.with_suffix(f".{os.getpid()}.tmp")
         staging.write_text(json.dumps(record, indent=2), encoding="utf-8")
         staging.replace(decision)

@@ -88,6 +88,12 @@ def _openvino():
     return openvino
 
 
+def computes_bf16() -> bool:
+    """Whether this CPU computes bf16 natively, as OpenVINO reports it (``BF16`` among the CPU's
+    ``OPTIMIZATION_CAPABILITIES``); elsewhere a bf16 hint is emulated, slower than f32."""
+    return "BF16" in _openvino().Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
 # ---- export -----------------------------------------------------------------------------------
 class _LastHidden(nn.Module):
     """The encoder with plain tensor inputs and its last hidden states as the one output."""

@@ -161,7 +161,7 @@ def build_model(encoder, settings: NerSettings, training: Mapping[str, Any] | No
     ``--extend_vocabulary``) grows the encoder's embeddings first. A saved model's encoder
     config already has the grown size, so loading passes no ``training``."""
     vocab_size = (training or {}).get("vocab_size")
-    embeddings = encoder.get_input_embeddings()
+    embeddings = encoder.get_input_embeddings() if vocab_size else None  # training only
     if vocab_size and embeddings is not None and vocab_size > embeddings.num_embeddings:
         # New rows start at the mean of the old ones (transformers' default), not at random.
         encoder.resize_token_embeddings(vocab_size)
