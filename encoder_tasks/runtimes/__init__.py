@@ -220,13 +220,15 @@ def load_runtime(
     """``backend``'s :class:`EncoderRuntime` for the graph at ``path``; ``compute`` ``bf16``: an
     fp32 graph computed in bf16 (a backend of :data:`BF16_BACKENDS`; the runtime's precision is
     then ``bf16``)."""
+    # OpenVINO keeps what it compiles in the cache: a later load skips compiling.
+    options = {"compiled_cache": cache_dir() / "openvino-compiled"} if backend == "openvino" else {}
     if compute == "bf16":
         if backend not in BF16_BACKENDS:
             raise ValueError(f"the {backend} backend does not compute in bf16")
-        runtime = runtime_module(backend).load(Path(path), config, threads, precision="bf16")
+        runtime = runtime_module(backend).load(Path(path), config, threads, precision="bf16", **options)
         runtime.precision = "bf16"
         return runtime
-    runtime = runtime_module(backend).load(Path(path), config, threads)
+    runtime = runtime_module(backend).load(Path(path), config, threads, **options)
     runtime.precision = precision
     return runtime
 
