@@ -313,5 +313,21 @@ def _leave_process_group(wait_for_others: bool) -> None:
         logging.getLogger(__name__).warning("could not leave the process group cleanly: %s", exc)
 
 
+def run() -> None:
+    """The ``encoder-tasks`` script: :func:`main`, then exit with its status.
+
+    What the command built stays alive until the process ends (models, tokenizers, the libraries'
+    own objects: millions), and the interpreter's last garbage collection would walk them all
+    only to free memory the exit frees anyway: 0.4 s of a 3 s one-sentence ``predict``. They are
+    frozen out of its reach first (``gc.freeze``); files are closed and logs flushed before, as
+    always. Only here, when the process ends, never in :func:`main`, which tests call in-process.
+    """
+    status = main()
+    import gc
+
+    gc.freeze()
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -381,6 +381,7 @@ def load(
         properties["NUM_STREAMS"] = int(streams)
     core = ov.Core()
     if compiled_cache is not None:
+        Path(compiled_cache).mkdir(parents=True, exist_ok=True)
         core.set_property({"CACHE_DIR": str(compiled_cache)})
     compiled = core.compile_model(str(xml), "CPU", properties)
     info = read_info(xml.parent) or {}

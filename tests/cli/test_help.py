@@ -60,3 +60,16 @@ def test_short_help_imports_neither_torch_nor_transformers():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "heavy: []"
+
+
+@pytest.mark.parametrize(("argv", "status"), [(["--help"], 0), (["nosuchtask", "train"], 2)])
+def test_the_script_exits_with_the_commands_status(argv, status):
+    # ``run`` (the console script) freezes what is alive before the interpreter exits; the status
+    # and the one-line error are main's.
+    code = f"import sys; sys.argv = ['encoder-tasks', *{argv!r}]; from encoder_tasks.cli import run; run()"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), cwd=REPO
+    )
+    assert done.returncode == status, done.stderr
+    if status:
+        assert done.stderr.startswith("encoder-tasks: error:") and "Traceback" not in done.stderr
