@@ -114,6 +114,14 @@ CONTENDERS = [
     ),
     Contender("toolkit", "main", "toolkit", "this toolkit, `Predictor.load` at its defaults", peer=False),
     Contender(
+        "toolkit-torch",
+        "main",
+        "toolkit",
+        'this toolkit, `backend="torch"` (bf16 where the CPU has AMX)',
+        {"backend": "torch"},
+        peer=False,
+    ),
+    Contender(
         "toolkit-onnx", "main", "toolkit", 'this toolkit, `backend="onnx"`', {"backend": "onnx"}, peer=False
     ),
     Contender(
