@@ -77,7 +77,8 @@ PARITY_TOLERANCE = 1e-3
 #: ran it far faster, and the margin kept the slower backend: docs/speed.md.)
 MIN_GAIN = 1.0
 #: A runtime computing in bf16 passes its check within this many times the difference torch's own
-#: bf16 makes (measured on MiniLM-L6, AMX: torch bf16 0.035 from fp32, OpenVINO bf16 0.042).
+#: bf16 makes (all-MiniLM-L6-v2 on AMX: torch bf16 0.035 from fp32, OpenVINO bf16 0.042;
+#: benchmarks/results/bf16-runtime-20261202-001542.json).
 BF16_PARITY_FACTOR = 2.0
 #: The version of what ``auto`` remembers: 2 added bf16 runtimes (records of 1 are measured again).
 CHOICE_VERSION = 2
