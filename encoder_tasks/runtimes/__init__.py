@@ -502,28 +502,41 @@ def _cpu_flags() -> str:
     return platform.processor() or platform.machine()
 
 
-def _apply_decision(model, reference, decision: Path, wanted, key: str, threads) -> str | None:
-    """``auto`` on an encoder it measured before on this machine: the backend it chose then
-    (``None``: the record is unusable, measure again)."""
+def _read_decision(decision: Path) -> dict | None:
+    """What ``auto`` remembered in ``decision`` (``{"backend", "reason", "compute", ...}``), or
+    None where there is no usable record (none, or damaged: measure again)."""
     import json
 
     try:
         found = json.loads(decision.read_text(encoding="utf-8"))
-        best = found["backend"]
-    except (OSError, ValueError, KeyError):  # a damaged record: measure again
+        return found if isinstance(found, dict) and isinstance(found.get("backend"), str) else None
+    except (OSError, ValueError):
         return None
+
+
+def _log_remembered(found: dict, decision: Path) -> None:
+    logger.info(
+        "backend auto: %s (measured before on this machine: %s; delete %s to measure again)",
+        found["backend"],
+        found.get("reason", ""),
+        decision,
+    )
+
+
+def _apply_decision(model, reference, decision: Path, wanted, key: str, threads) -> str | None:
+    """``auto`` on an encoder it measured before on this machine: the backend it chose then
+    (``None``: the record is unusable, measure again)."""
+    found = _read_decision(decision)
+    if found is None:
+        return None
+    best = found["backend"]
     if best != "torch":
         if best not in wanted:
             return None
         compute = found.get("compute", "fp32")
         graph = exported(best, reference, key)
         swap_encoder(model, load_runtime(best, graph, reference.config, threads, compute=compute))
-    logger.info(
-        "backend auto: %s (measured before on this machine: %s; delete %s to measure again)",
-        best,
-        found.get("reason", ""),
-        decision,
-    )
+    _log_remembered(found, decision)
     return best
 
 
@@ -596,21 +609,13 @@ def remembered_runtime(
         return None
     batches = probe_batches(config, batch_size=max(2, min(batch_size, 64)))
     decision = _decision_file(key, wanted, threads, batches, precision)
-    try:
-        found = json.loads(decision.read_text(encoding="utf-8"))
-        best = found["backend"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    found = _read_decision(decision)
+    best = found["backend"] if found else None
     graph = cached_graph(best, key) if best in wanted else None
     if graph is None:
         return None
     runtime = load_runtime(best, graph, config, threads, compute=found.get("compute", "fp32"))
-    logger.info(
-        "backend auto: %s (measured before on this machine: %s; delete %s to measure again)",
-        best,
-        found.get("reason", ""),
-        decision,
-    )
+    _log_remembered(found, decision)
     return runtime
 
 
