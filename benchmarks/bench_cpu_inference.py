@@ -206,6 +206,14 @@ CONTENDERS = [
         {"engine": "torch"},
     ),
     Contender(
+        "serve-infinity-torch-bf16",
+        "serving",
+        "infinity",
+        "serve",
+        "Infinity `--engine torch --dtype bfloat16` (the bf16 a CPU with AMX computes natively)",
+        {"engine": "torch", "flags": ["--dtype", "bfloat16"]},
+    ),
+    Contender(
         "serve-infinity-optimum",
         "serving",
         "infinity",
@@ -845,7 +853,7 @@ def serve_command(
     command = [
         binary, "v2", "--model-id", model, "--served-model-name", SERVED_NAME, "--engine", contender.params["engine"],
         "--device", "cpu", "--batch-size", str(batch_size), "--host", "127.0.0.1", "--port", str(port),
-        "--no-vector-disk-cache", "--log-level", "warning",
+        "--no-vector-disk-cache", "--log-level", "warning", *contender.params.get("flags", []),
     ]  # fmt: skip
     if contender.params["engine"] == "optimum":
         # At "auto" the optimum engine pools the [CLS] token (only the torch engine reads the

@@ -46,6 +46,7 @@ def test_select_by_group_and_name_keeps_run_order():
         "serve-toolkit-int8",
         "serve-toolkit-int8-workers2",
         "serve-infinity-torch",
+        "serve-infinity-torch-bf16",
         "serve-infinity-optimum",
         "serve-infinity-optimum-int8",
     ]
