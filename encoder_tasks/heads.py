@@ -239,11 +239,13 @@ class EncoderWithHead(nn.Module):
         if cls is not EncoderWithHead and not issubclass(head_cls, cls):
             raise UserError(f"{path} holds a {metadata.get('task')!r} model, not a {cls.task!r} model")
         settings = load_settings(head_cls.Settings, metadata)
-        if encoder is not None:
-            return cls._around(head_cls, encoder, settings, metadata, path)
-        encoder = _encoder_from_config(path)
-        if settings.lora:  # a LoRA checkpoint: adapters stored apart, re-inject before loading
-            add_lora(encoder, settings.lora)
+        stand_in = encoder is not None
+        if stand_in and (settings.lora or settings.get("quantization")):
+            raise UserError(f"{path}: a LoRA or int8 model loads with its torch encoder")
+        if not stand_in:
+            encoder = _encoder_from_config(path)
+            if settings.lora:  # a LoRA checkpoint: adapters stored apart, re-inject before loading
+                add_lora(encoder, settings.lora)
         if metadata.get("settings"):
             model = head_cls.from_settings(encoder, settings)
         else:  # format 1, or a head built by hand without settings: its constructor arguments
@@ -252,37 +254,15 @@ class EncoderWithHead(nn.Module):
         quantization = settings.get("quantization")
         if quantization:  # written by `encoder-tasks quantize`: int8 layers load into their places
             int8_skeleton(model, quantization, f"{path}/{TASK_FILE}")
-        model.load_weights(path)
+        if stand_in:
+            model.load_head_weights(path)
+        else:
+            model.load_weights(path)
         model.eval()
         return model
 
-    @staticmethod
-    def _around(head_cls, encoder: nn.Module, settings, metadata: dict, path: str) -> EncoderWithHead:
-        if settings.lora or settings.get("quantization"):
-            raise UserError(f"{path}: a LoRA or int8 model loads with its torch encoder")
-        if metadata.get("settings"):
-            model = head_cls.from_settings(encoder, settings)
-        else:
-            model = head_cls(encoder, **(metadata.get("head_config") or {}))
-        model.settings = settings
-        weights = Path(path) / WEIGHTS_FILE
-        if not weights.is_file():
-            raise UserError(f"{path}: no {WEIGHTS_FILE}; the run did not finish saving")
-        with safe_open(str(weights), framework="pt") as handle:  # the head's tensors only
-            state = {k: handle.get_tensor(k) for k in handle.keys() if not k.startswith("encoder.")}
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = [name for name in missing if not name.startswith("encoder.")]  # the stand-in's own
-        if missing or unexpected:  # a head tied to the encoder's weights (MLM) needs the encoder
-            raise UserError(
-                f"{weights}: the head's weights do not load apart from the encoder "
-                f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
-            )
-        return model.eval()
-
     def load_weights(self, path: str | os.PathLike) -> None:
-        weights = Path(path) / WEIGHTS_FILE
-        if not weights.is_file():
-            raise UserError(f"{path}: no {WEIGHTS_FILE}; the run did not finish saving")
+        weights = _weights_file(path)
         state = load_file(str(weights))
         missing, unexpected = self.load_state_dict(state, strict=False)
         # Tied weights are stored once; anything else missing means the file does not fit.
@@ -291,6 +271,21 @@ class EncoderWithHead(nn.Module):
         if missing or unexpected:
             raise UserError(
                 f"{weights}: weights do not match the model "
+                f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+            )
+
+    def load_head_weights(self, path: str | os.PathLike) -> None:
+        """The head's tensors only, for a model whose encoder is a stand-in holding its own (a
+        runtime); a head tied to the encoder's weights (MLM's output layer, stored under the
+        encoder's name) is refused: it needs the encoder."""
+        weights = _weights_file(path)
+        with safe_open(str(weights), framework="pt") as handle:
+            state = {k: handle.get_tensor(k) for k in handle.keys() if not k.startswith("encoder.")}
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        missing = [name for name in missing if not name.startswith("encoder.")]  # the stand-in's own
+        if missing or unexpected:
+            raise UserError(
+                f"{weights}: the head's weights do not load apart from the encoder "
                 f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
             )
 
@@ -304,6 +299,13 @@ class EncoderWithHead(nn.Module):
                 f"start from the fp32 run it was quantized from ({model.settings.get('quantization').get('source')})"
             )
         return model.encoder.train()
+
+
+def _weights_file(path: str | os.PathLike) -> Path:
+    weights = Path(path) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise UserError(f"{path}: no {WEIGHTS_FILE}; the run did not finish saving")
+    return weights
 
 
 def _is_tied_copy(model: nn.Module, name: str, state: dict) -> bool:

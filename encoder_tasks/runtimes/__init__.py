@@ -37,6 +37,7 @@ import contextlib
 import hashlib
 import importlib
 import importlib.util
+import json
 import logging
 import os
 import statistics
@@ -226,9 +227,7 @@ def load_runtime(
     if compute == "bf16":
         if backend not in BF16_BACKENDS:
             raise ValueError(f"the {backend} backend does not compute in bf16")
-        runtime = runtime_module(backend).load(Path(path), config, threads, precision="bf16", **options)
-        runtime.precision = "bf16"
-        return runtime
+        options["precision"] = precision = "bf16"
     runtime = runtime_module(backend).load(Path(path), config, threads, **options)
     runtime.precision = precision
     return runtime
@@ -408,11 +407,15 @@ def apply_backend(
             return chosen
     # Where auto's torch computes in bf16 (a CPU with AMX), a runtime that can computes in bf16 too,
     # checked against twice torch's own bf16 difference from fp32.
-    bf16 = backend == "auto" and uses_bf16(device, precision) and any(_computes_bf16(n) for n in wanted)
-    bf16_allowed = _bf16_allowance(reference, batches, device) if bf16 else None
+    in_bf16 = (
+        {n for n in wanted if _computes_bf16(n)}
+        if backend == "auto" and uses_bf16(device, precision)
+        else set()
+    )
+    bf16_allowed = _bf16_allowance(reference, batches, device) if in_bf16 else None
     checked: dict[str, tuple[EncoderRuntime, dict]] = {}
     for name in wanted:
-        compute = "bf16" if bf16 and _computes_bf16(name) else "fp32"
+        compute = "bf16" if name in in_bf16 else "fp32"
         try:
             graph = exported(name, reference, key)
             candidate = load_runtime(name, graph, reference.config, threads, compute=compute)
@@ -505,8 +508,6 @@ def _cpu_flags() -> str:
 def _read_decision(decision: Path) -> dict | None:
     """What ``auto`` remembered in ``decision`` (``{"backend", "reason", "compute", ...}``), or
     None where there is no usable record (none, or damaged: measure again)."""
-    import json
-
     try:
         found = json.loads(decision.read_text(encoding="utf-8"))
         return found if isinstance(found, dict) and isinstance(found.get("backend"), str) else None
@@ -561,15 +562,10 @@ def _remember_files(model_dir: str | os.PathLike, key: str) -> None:
     fingerprint = _files_fingerprint(model_dir)
     if fingerprint is None:
         return
-    import json
-
     record = cache_dir() / "files" / f"{fingerprint}.json"
     if record.is_file():
         return
-    record.parent.mkdir(parents=True, exist_ok=True)
-    staging = record.with_suffix(f".{os.getpid()}.tmp")
-    staging.write_text(json.dumps({"weights_key": key, "model_dir": str(model_dir)}), encoding="utf-8")
-    staging.replace(record)
+    _write_json(record, {"weights_key": key, "model_dir": str(model_dir)})
 
 
 def remembered_runtime(
@@ -594,8 +590,6 @@ def remembered_runtime(
         >>> remembered_runtime("/nonexistent", None) is None
         True
     """
-    import json
-
     fingerprint = _files_fingerprint(model_dir)
     if fingerprint is None:
         return None
@@ -651,18 +645,22 @@ def _choose(model, reference, checked, batches, precision: str, decision: Path |
     if busy:
         logger.info("backend auto: not remembered, the machine was busy while timing (%s)", busy)
     if decision is not None and not busy:
-        import json
-
-        decision.parent.mkdir(parents=True, exist_ok=True)
         record = {"backend": best, "reason": reason, "seconds": times, "failed_parity": sorted(failed)}
         if best != "torch":
             record["compute"] = computes[best]  # fp32, or bf16
-        staging = decision.with_suffix(f".{os.getpid()}.tmp")
-        staging.write_text(json.dumps(record, indent=2), encoding="utf-8")
-        staging.replace(decision)
+        _write_json(decision, record)
     if best != "torch":
         swap_encoder(model, checked[best][0])
     return best
+
+
+def _write_json(path: Path, value: dict) -> None:
+    """``value`` as JSON at ``path``, written beside it and renamed: a reader sees the old record
+    or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(f".{os.getpid()}.tmp")
+    staging.write_text(json.dumps(value, indent=2), encoding="utf-8")
+    staging.replace(path)
 
 
 def _busy() -> str | None:

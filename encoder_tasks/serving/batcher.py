@@ -273,9 +273,8 @@ class Batcher:
                 raise ApiError(503, f"model {self.name!r}: the server is shutting down")
         self.admit()
         with self._cond:
-            total = sum(costs)
             self._tokens_per_request = (
-                0.8 * self._tokens_per_request + 0.2 * total if self._tokens_per_request else total
+                0.8 * self._tokens_per_request + 0.2 * job.tokens if self._tokens_per_request else job.tokens
             )
             self._queue.append(job)
             self._metrics.queue_depth.set(self._live(), model=self.name)

@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from transformers.utils import ModelOutput
 
-from ...artifact import WEIGHTS_FILE, read_task_metadata
+from ...artifact import read_task_metadata
 from ...backbone import load_encoder, resolve_model_path
 from ...errors import UserError
-from ...heads import EncoderWithHead, Pooler, _is_tied_copy
+from ...heads import EncoderWithHead, Pooler, _is_tied_copy, _weights_file
 from .args import SCORED_LOSSES, EmbeddingSettings
 from .losses import build_loss
 from .st_layout import (
@@ -177,9 +177,7 @@ class BiEncoder(EncoderWithHead):
     def load_weights(self, path) -> None:
         from safetensors.torch import load_file
 
-        weights = Path(path) / WEIGHTS_FILE
-        if not weights.is_file():
-            raise UserError(f"{path}: no {WEIGHTS_FILE}; the run did not finish saving")
+        weights = _weights_file(path)
         state = load_file(str(weights))
         missing, unexpected = self.encoder.load_state_dict(state, strict=False)
         missing = [m for m in missing if not _is_tied_copy(self.encoder, m, state)]
