@@ -14,6 +14,11 @@ trains every contender of ``common.CONTENDERS`` once per seed of ``common.SEEDS`
 - ``stock-tuned``: the same plus bf16 autocast (where native) and length-grouped sampling;
 - ``toolkit-same-batch``: the toolkit's defaults at the stock batch size;
 - ``toolkit``: the toolkit's defaults, its batch rule included;
+- ``stock-lr-sweep`` (classification, NER, pair, QA): the ``stock`` setup at each learning rate
+  of ``common.STOCK_SWEEP_RATES`` (rows ``stock-lr-1e-05``...) on the first seed, as a user
+  sweeps (one run per rate); the rate with the best VALIDATION score there (the ``stock`` row's
+  own 5e-5 is one more candidate) then runs on every seed, and the sweep's row is that rate's
+  mean and spread, test score included; its cost is the train time of every candidate's run;
 - opt-in variants (``--variant NAME=FLAGS``): toolkit runs with extra flags, as extra rows.
 
 Every run is its own process (``common.worker_env()``; toolkit contenders apply the toolkit's
@@ -41,11 +46,23 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import CONTENDERS, SEEDS, mean_spread, save_results, worker_env
+from benchmarks.common import (
+    CONTENDERS,
+    SEEDS,
+    STOCK_SWEEP,
+    STOCK_SWEEP_RATES,
+    mean_spread,
+    save_results,
+    sweep_contender,
+    sweep_learning_rate,
+    worker_env,
+)
 from benchmarks.harness import REPO, cached, invocation, module_command
 from benchmarks.tables import render_markdown
 
 TASKS = ("classification", "ner", "pair", "qa", "mlm")
+#: The tasks the stock learning-rate sweep runs on (issue 31).
+SWEEP_TASKS = ("classification", "ner", "pair", "qa")
 #: What the summary gives mean and spread for, per task x contender.
 SUMMARISED = (
     "validation_metric",
@@ -54,6 +71,7 @@ SUMMARISED = (
     "train_mfu",
     "outside_forward_backward_share",
     "peak_rss_mib",
+    "train_seconds",
 )
 #: Targets of issue 15: speed ratios the toolkit must reach.
 SAME_BATCH_TARGET = 1.3  # toolkit-same-batch / stock-tuned
@@ -167,8 +185,75 @@ def summarise(runs: list[dict]) -> dict:
     for run in runs:
         summary.setdefault(run["task"], {}).setdefault(run["contender"], [])
         summary[run["task"]][run["contender"]].append(run)
-    return {
+    out = {
         task: {contender: _summary(group) for contender, group in by.items()} for task, by in summary.items()
+    }
+    for task, by in out.items():
+        if (sweep := sweep_summary(by, [r for r in runs if r["task"] == task])) is not None:
+            by[STOCK_SWEEP] = sweep
+    return out
+
+
+def lower_is_better(metric_name) -> bool:
+    return any(word in str(metric_name) for word in LOWER_IS_BETTER)
+
+
+def sweep_choice(runs: list[dict], task: str, seed: int) -> str | None:
+    """The stock contender (``stock`` or a swept ``stock-lr-*``) with the best VALIDATION score
+    on ``task`` at ``seed``: how a user picks a learning rate, one run per rate. None where no
+    swept rate has run there."""
+    found = {
+        r["contender"]: r
+        for r in runs
+        if r["task"] == task and r["seed"] == seed and "error" not in r and r.get("validation_metric") is not None
+        and (r["contender"] == "stock" or sweep_learning_rate(r["contender"]) is not None)
+    }  # fmt: skip
+    if not any(sweep_learning_rate(c) is not None for c in found):
+        return None
+    sign = -1 if lower_is_better(next(iter(found.values())).get("metric_name")) else 1
+    return max(found, key=lambda c: sign * found[c]["validation_metric"])
+
+
+def sweep_summary(by: dict, runs: list[dict]) -> dict | None:
+    """The stock sweep's row of one task (``runs``: that task's runs): every rate (the
+    ``stock`` row's default 5e-5 among them) runs on the first seed, the best on validation
+    there (:func:`sweep_choice`) runs on every seed and is reported, as its summary, plus
+    ``chosen``, ``choice_seed``, ``candidates`` (contender -> learning rate, validation score and
+    train seconds on that seed) and ``sweep_train_seconds`` (their train time together: what the
+    search costs a user). None where no swept rate ran.
+
+    Example:
+        >>> run = lambda c, lr, v: {"task": "t", "contender": c, "seed": 1, "learning_rate": lr,
+        ...     "metric_name": "accuracy", "validation_metric": v, "train_seconds": 10.0}
+        >>> runs = [run("stock", 5e-5, 0.8), run("stock-lr-0.0001", 1e-4, 0.9)]
+        >>> found = sweep_summary({"stock": {"seeds": [1]}, "stock-lr-0.0001": {"seeds": [1]}}, runs)
+        >>> found["chosen"], found["sweep_train_seconds"]
+        ('stock-lr-0.0001', 20.0)
+    """
+    swept = [r for r in runs if sweep_learning_rate(r["contender"]) is not None and "error" not in r]
+    if not swept:
+        return None
+    seed = min(r["seed"] for r in swept)
+    chosen = sweep_choice(runs, swept[0]["task"], seed)
+    at_seed = [
+        r for r in runs
+        if r["seed"] == seed and "error" not in r and (r["contender"] == "stock" or r in swept)
+    ]  # fmt: skip
+    candidates = {
+        r["contender"]: {
+            "learning_rate": r.get("learning_rate"),
+            "validation_metric": r["validation_metric"],
+            "train_seconds": r.get("train_seconds"),
+        }
+        for r in at_seed
+    }
+    seconds = [c["train_seconds"] for c in candidates.values() if c["train_seconds"] is not None]
+    return {
+        **by[chosen],
+        "chosen": chosen,
+        "choice_seed": seed,
+        "candidates": candidates,
+        "sweep_train_seconds": sum(seconds) if seconds else None,
     }
 
 
@@ -233,11 +318,12 @@ def targets(summary: dict) -> dict:
         same = speed_ratio(summary, task, "toolkit-same-batch", "stock-tuned")
         defaults = speed_ratio(summary, task, "toolkit", "stock")
         name = (by.get("toolkit") or by.get("stock-tuned") or {}).get("metric_name") or ""
-        lower = any(word in str(name) for word in LOWER_IS_BETTER)
+        lower = lower_is_better(name)
         ours = by.get("toolkit", {}).get("test_metric")
         theirs = by.get("stock-tuned", {}).get("test_metric")
         verdict = compare_metric(ours, theirs, lower)
-        out[task] = [
+        out[task] = sweep_targets(by, lower)
+        out[task][:0] = [
             {
                 "target": f"toolkit-same-batch / stock-tuned speed >= {SAME_BATCH_TARGET}x",
                 "value": same,
@@ -257,6 +343,34 @@ def targets(summary: dict) -> dict:
             },
         ]
     return out
+
+
+def sweep_targets(by: dict, lower: bool) -> list[dict]:
+    """Issue 31's two targets where the stock sweep ran: the toolkit's one default run scores
+    at least the sweep's best on test (within the larger spread counts), at no more train time
+    than one stock run."""
+    sweep, toolkit, stock = by.get(STOCK_SWEEP), by.get("toolkit"), by.get("stock")
+    if not sweep:
+        return []
+    ours, theirs = (toolkit or {}).get("test_metric"), sweep.get("test_metric")
+    verdict = compare_metric(ours, theirs, lower)
+    cost = None
+    if toolkit and stock and toolkit.get("train_seconds") and stock.get("train_seconds"):
+        cost = toolkit["train_seconds"]["mean"] / stock["train_seconds"]["mean"]
+    return [
+        {
+            "target": "toolkit test metric at least stock-lr-sweep's (best rate on validation)",
+            "value": verdict,
+            "toolkit": ours,
+            "stock-lr-sweep": theirs,
+            "met": None if verdict is None else verdict in ("higher", "equal"),
+        },
+        {
+            "target": "toolkit train time <= one stock run's",
+            "value": cost,
+            "met": None if cost is None else cost <= 1.0,
+        },
+    ]
 
 
 def fmt_spread(found: dict | None, digits: int | None = None) -> str:
@@ -386,7 +500,8 @@ def targets_table(found: dict) -> dict:
             elif value is None:
                 measured = "no data"
             else:
-                measured = f"{fmt_spread(item['toolkit'])} vs {fmt_spread(item['stock-tuned'])} ({value})"
+                other = "stock-lr-sweep" if "stock-lr-sweep" in item else "stock-tuned"
+                measured = f"{fmt_spread(item['toolkit'])} vs {fmt_spread(item[other])} ({value})"
             met = "no data" if item["met"] is None else "met" if item["met"] else "not met"
             rows.append([task if i == 0 else "", item["target"], measured, met])
     return {
@@ -407,7 +522,7 @@ def variants_table(summary: dict) -> dict:
     for task, by in summary.items():
         defaults = by.get("toolkit")
         for contender, entry in by.items():
-            if contender in CONTENDERS or not defaults:
+            if contender in CONTENDERS or not contender.startswith("toolkit-") or not defaults:
                 continue
             lower = "perplexity" in str(entry.get("metric_name")) or "loss" in str(entry.get("metric_name"))
             verdict = compare_metric(entry.get("validation_metric"), defaults.get("validation_metric"), lower)
@@ -426,13 +541,54 @@ def variants_table(summary: dict) -> dict:
     return {"columns": columns, "rows": rows}
 
 
-def build_tables(summary: dict, sizes: dict, found_targets: dict) -> dict:
+def sweep_table(summary: dict) -> dict:
+    """Per task: every swept rate's mean validation score, the rate chosen on it, the sweep's
+    test score against the toolkit's one default run, and what each costs in train time."""
+    columns = ["task", "validation by learning rate (first seed)", "chosen", "stock-lr-sweep test"]
+    columns += ["toolkit test"]
+    columns += ["toolkit vs sweep", "sweep train s (one run per rate)", "toolkit train s"]
+    rows = []
+    for task, by in summary.items():
+        sweep, toolkit = by.get(STOCK_SWEEP), by.get("toolkit") or {}
+        if not sweep:
+            continue
+        lower = lower_is_better(sweep.get("metric_name"))
+        verdict = compare_metric(toolkit.get("test_metric"), sweep.get("test_metric"), lower)
+        candidates = sorted(sweep["candidates"].values(), key=lambda c: c["learning_rate"])
+        digits = 3 if all(abs(c["validation_metric"]) < 10 for c in candidates) else 1
+        seconds = toolkit.get("train_seconds")
+        rows.append(
+            [
+                f"{task}, {_metric_name(sweep.get('metric_name'))}",
+                ", ".join(f"{c['learning_rate']:g}: {c['validation_metric']:.{digits}f}" for c in candidates),
+                f"{sweep['learning_rate']:g}",
+                _metric_cell(sweep, "test_metric"),
+                _metric_cell(toolkit, "test_metric") if toolkit else "-",
+                {"higher": "higher", "lower": "lower", "equal": "within the spread"}.get(verdict, "-"),
+                f"{sweep['sweep_train_seconds']:.0f}" if sweep.get("sweep_train_seconds") else "-",
+                f"{seconds['mean']:.0f}" if seconds else "-",
+            ]
+        )
     return {
+        "columns": columns,
+        "rows": rows,
+        "notes": "one run per rate on the first seed; the rate is chosen on its validation score "
+        "there, never on test, and then run on every seed; the stock row's own 5e-5 is a candidate "
+        "too; test: mean ± std over seeds; within the spread: "
+        "the difference of the means is within the larger standard deviation",
+    }
+
+
+def build_tables(summary: dict, sizes: dict, found_targets: dict) -> dict:
+    tables = {
         "training": training_table(summary, sizes),
         "time-shares": shares_table(summary),
         "targets": targets_table(found_targets),
         "variants": variants_table(summary),
     }
+    if any(STOCK_SWEEP in by for by in summary.values()):
+        tables["stock-sweep"] = sweep_table(summary)
+    return tables
 
 
 # ---- the driver --------------------------------------------------------------------------------
@@ -458,6 +614,37 @@ def parse_variants(specs: list[str]) -> tuple[dict[str, list[str] | None], dict[
         else:
             variants[name] = shlex.split(flags)
     return variants, per_task
+
+
+def chosen_contenders(names: str, rates: str, tasks: list[str]) -> tuple[dict, dict]:
+    """``--contenders`` and ``--sweep_rates`` as ``(contenders, per_task)`` in
+    :func:`parse_variants`' shapes: ``stock-lr-sweep`` becomes one stock contender per rate,
+    run on the sweep's tasks only.
+
+    Example:
+        >>> chosen_contenders("stock,stock-lr-sweep", "1e-4", ["ner", "mlm"])
+        ({'stock': [], 'stock-lr-0.0001': None}, {'stock-lr-0.0001': {'ner': []}})
+    """
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = sorted(set(wanted) - {*CONTENDERS, STOCK_SWEEP})
+    if unknown:
+        raise SystemExit(
+            f"--contenders: unknown {', '.join(unknown)}; choose from {', '.join((*CONTENDERS, STOCK_SWEEP))}"
+        )
+    contenders: dict = {c: [] for c in CONTENDERS if c in wanted}
+    per_task: dict = {}
+    if STOCK_SWEEP in wanted:
+        try:
+            swept = [float(r) for r in rates.split(",") if r.strip()]
+        except ValueError:
+            raise SystemExit(
+                f"--sweep_rates {rates!r}: expected comma-separated numbers such as 1e-5,3e-5"
+            ) from None
+        for rate in swept:
+            name = sweep_contender(rate)
+            contenders[name] = None  # runs only where per_task names the task
+            per_task[name] = {t: [] for t in tasks if t in SWEEP_TASKS}
+    return contenders, per_task
 
 
 def flags_for(contenders: dict, per_task: dict, contender: str, task: str) -> list[str] | None:
@@ -487,6 +674,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", choices=("quick", "standard"), default="standard")
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     parser.add_argument(
+        "--contenders",
+        default=",".join((*CONTENDERS, STOCK_SWEEP)),
+        help=f"comma-separated subset of {', '.join((*CONTENDERS, STOCK_SWEEP))} (variants come on top)",
+    )
+    parser.add_argument(
+        "--sweep_rates",
+        default=",".join(f"{r:g}" for r in STOCK_SWEEP_RATES),
+        help="the learning rates of the stock-lr-sweep contender",
+    )
+    parser.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -515,7 +712,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
     seeds = [int(s) for s in args.seeds.split(",")]
     variants, per_task = parse_variants(args.variant)
-    contenders = {c: [] for c in CONTENDERS} | variants
+    contenders, sweep_tasks = chosen_contenders(args.contenders, args.sweep_rates, tasks)
+    per_task |= sweep_tasks
+    contenders |= variants
     stamp = time.strftime("%Y%m%d-%H%M%S")
     partial = Path(tempfile.gettempdir()) / f"bench_all-training-{args.size}-{stamp}.partial"
     if args.resume:
@@ -535,16 +734,21 @@ def main(argv: list[str] | None = None) -> None:
     cached(partial / "run.json", lambda: {"command": command, "size": args.size})  # what --resume checks
     # One file per run, written as it finishes (a crash loses nothing); a failed run is run again.
     planned = plan(tasks, seeds, contenders, per_task)
-    runs = [
-        cached(
-            partial / f"{task}-{contender}-seed{seed}.json",
-            lambda t=task, c=contender, s=seed: launch(
-                t, c, s, args.size, flags_for(contenders, per_task, c, t), logs
-            ),
-            keep=lambda row: "error" not in row,
+    runs: list[dict] = []
+    for task, contender, seed in planned:
+        # A swept rate runs on the first seed; after it, only the rate chosen there runs on.
+        if seed != seeds[0] and sweep_learning_rate(contender) is not None:
+            if contender != sweep_choice(runs, task, seeds[0]):
+                continue
+        runs.append(
+            cached(
+                partial / f"{task}-{contender}-seed{seed}.json",
+                lambda t=task, c=contender, s=seed: launch(
+                    t, c, s, args.size, flags_for(contenders, per_task, c, t), logs
+                ),
+                keep=lambda row: "error" not in row,
+            )
         )
-        for task, contender, seed in planned
-    ]
     # Runs a resumed folder holds beyond this plan (other tasks or seeds) come after its rows.
     names = {f"{t}-{c}-seed{s}.json" for t, c, s in planned}
     for path in sorted(partial.glob("*-seed*.json")):

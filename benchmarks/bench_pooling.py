@@ -3,6 +3,11 @@
     .venv/bin/python -m benchmarks.bench_pooling                                   # 2,000 x 2 epochs, 18 runs
     .venv/bin/python -m benchmarks.bench_pooling --train_samples 1000 --epochs 1   # the smaller setting
     .venv/bin/python -m benchmarks.bench_pooling --datasets sst2 --seeds 1 --train_samples 500  # a smoke run
+    .venv/bin/python -m benchmarks.bench_pooling --sets all --train_samples 1000 --epochs 1   # per head type
+
+``--sets``: issue 31's re-decision on four datasets per head type (single-label, regression
+pair, classification pair; :mod:`benchmarks.derived_sets`), scored on each set's validation
+split; the result file carries a ``pooling-by-head`` table and its per-head summary.
 
 18 runs of about 2 minutes on the idle 2-core machine (2,000 x 2). Results and the decision they
 led to: docs/ecosystem.md, "How the default pooling was chosen".
@@ -50,6 +55,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import DATA, MINILM, RESULTS, print_table, require_data, worker_env
+from benchmarks.derived_sets import DERIVED_SETS
 from benchmarks.harness import REPO, describe
 
 SQUAD = "qa/squad-v2-dev/dev-v2.0.json"
@@ -101,7 +107,11 @@ def write_sst2_validation_set(folder: Path, n_validation: int) -> tuple[Path, Pa
 def train_flags(dataset: str, args, out: Path, carved: tuple[Path, Path] | None) -> list[str]:
     task, recipe, _, _ = DATASETS[dataset]
     flags = [task, "train"]
-    if recipe:
+    if dataset in args.derived:
+        derived = DERIVED_SETS[dataset]
+        flags += ["--model_name_or_path", MINILM, "--train_file", str(carved[0])]
+        flags += ["--validation_file", str(carved[1]), "--max_length", "128", *derived.flags]
+    elif recipe:
         flags += ["--config", str(REPO / recipe), "--data_dir", str(DATA)]
     else:
         flags += ["--model_name_or_path", MINILM, "--train_file", str(carved[0])]
@@ -142,6 +152,49 @@ def one_run(dataset: str, pooling: str, seed: int, args, carved) -> dict:
         "train_runtime": metrics.get("train_train_runtime") or metrics.get("train_runtime"),
         "wall_seconds": wall,
     }
+
+
+def derived_entry(name: str) -> tuple:
+    """A :mod:`benchmarks.derived_sets` set as a :data:`DATASETS` entry."""
+    found = DERIVED_SETS[name]
+    return (found.task, None, found.metric, found.description)
+
+
+def head_tables(rows: list[dict], sets: list[str]) -> dict:
+    """The ``pooling-by-head`` table: per derived set, its head type, both poolings and the
+    paired difference, and whether [CLS] is within the spread of mean pooling; then per head
+    type, on how many sets [CLS] held."""
+    from benchmarks.tables import plus_minus
+
+    table, held = [], {}
+    for name in sets:
+        found = {r["pooling"]: r for r in rows if r["dataset"] == name}
+        if not {"mean", "cls"} <= set(found):
+            continue
+        mean, cls = found["mean"], found["cls"]
+        ok = cls["mean"] >= mean["mean"] - max(cls["std"], mean["std"])
+        head = DERIVED_SETS[name].head
+        held.setdefault(head, []).append(ok)
+        paired = (
+            "-"
+            if cls["paired_std"] is None
+            else plus_minus(cls["minus_mean_pooling"], cls["paired_std"], sign=True)
+        )
+        table.append([
+            head.replace("_", " "), name, mean["metric"], plus_minus(mean["mean"], mean["std"]),
+            plus_minus(cls["mean"], cls["std"]), paired, "yes" if ok else "no",
+        ])  # fmt: skip
+    summary = [[head.replace("_", " "), f"{sum(oks)} of {len(oks)}"] for head, oks in held.items()]
+    return {
+        "pooling-by-head": {
+            "columns": ["head", "dataset", "metric", "mean pooling", "[CLS]", "cls - mean (paired)",
+                        "[CLS] within the spread"],
+            "rows": table,
+            "notes": "validation splits only; mean ± std over seeds; within the spread: "
+            "mean(cls) >= mean(mean) - the larger std",
+        },
+        "pooling-by-head-summary": {"columns": ["head", "[CLS] within the spread on"], "rows": summary},
+    }  # fmt: skip
 
 
 def summarise(runs: list[dict], poolings: list[str]) -> list[dict]:
@@ -200,8 +253,21 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=2)
     parser.add_argument("--batch_size", type=int, default=None, help="default: the toolkit's")
     parser.add_argument("--topic_validation", type=int, default=1000)
+    parser.add_argument(
+        "--sets",
+        default="",
+        help="comma-separated sets of benchmarks/derived_sets.py (or 'all') instead of --datasets: "
+        "the per-head study, with a pooling-by-head table",
+    )
     args = parser.parse_args()
-    datasets = args.datasets.split(",")
+    args.derived = [] if not args.sets else list(DERIVED_SETS) if args.sets == "all" else args.sets.split(",")
+    unknown = sorted(set(args.derived) - set(DERIVED_SETS))
+    if unknown:
+        raise SystemExit(f"--sets: unknown {', '.join(unknown)}; choose from {', '.join(DERIVED_SETS)}")
+    for name in args.derived:
+        DATASETS[name] = derived_entry(name)
+        NEEDS[name] = list(DERIVED_SETS[name].needs)
+    datasets = args.derived or args.datasets.split(",")
     poolings = args.poolings.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
     for name in datasets:
@@ -209,13 +275,16 @@ def main() -> None:
     carved: dict[str, tuple[Path, Path]] = {}  # dataset -> (train, validation) files carved here
     info = {name: DATASETS[name][3] for name in datasets}
     folder = Path(tempfile.mkdtemp(prefix="bench-pooling-data-"))
-    if "topic" in datasets:
+    for name in args.derived:
+        files = DERIVED_SETS[name].files(folder)
+        carved[name] = (files["train"], files["validation"])  # test is never read here
+    if "topic" in datasets and not args.derived:
         train, validation, n_classes = write_topic_set(folder / "topic", args.topic_validation)
         carved["topic"] = (train, validation)
         info["topic"] = (
             f"SQuAD-v2 question -> article ({n_classes} classes), {args.topic_validation} held out"
         )
-    if "sst2-val" in datasets:
+    if "sst2-val" in datasets and not args.derived:
         carved["sst2-val"] = write_sst2_validation_set(folder / "sst2", 1000)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"pooling-{time.strftime('%Y%m%d-%H%M%S')}.json"
@@ -242,6 +311,8 @@ def main() -> None:
                 path.write_text(json.dumps(record, indent=2, default=str))
     rows = summarise(runs, poolings)
     record["summary"], record["cls_at_least_as_good"] = rows, verdict(rows)
+    if args.derived:
+        record["tables"] = head_tables(rows, args.derived)
     path.write_text(json.dumps(record, indent=2, default=str))
     print(f"\nMiniLM-L6, {args.train_samples} training examples x {args.epochs} epochs, seeds {args.seeds}")
     print_table(rows, list(rows[0]))

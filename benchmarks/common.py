@@ -151,15 +151,42 @@ def worker_env(user_env: bool = False) -> dict:
 #: hardware runs it natively, length-grouped sampling); toolkit-same-batch: the toolkit at the
 #: stock run's batch size; toolkit: the toolkit's own defaults (its batch rule included).
 CONTENDERS = ("stock", "stock-tuned", "toolkit-same-batch", "toolkit")
+#: Issue 31's stronger stock anchor: the stock contender at each of these learning rates (its
+#: own default, 5e-5, is the ``stock`` row); the best rate is chosen on validation data.
+STOCK_SWEEP_RATES = (1e-5, 3e-5, 1e-4, 3e-4)
+#: A swept stock run is named ``stock-lr-<rate>`` (``stock-lr-0.0001``); the sweep's row is
+#: ``stock-lr-sweep``.
+STOCK_SWEEP_PREFIX = "stock-lr-"
+STOCK_SWEEP = "stock-lr-sweep"
 #: Accuracy is a mean and spread over these seeds; speed is the mean of the same runs.
 SEEDS = (1, 2, 3)
 
 
+def sweep_contender(rate: float) -> str:
+    """The name of the stock run at learning rate ``rate``.
+
+    Example:
+        >>> sweep_contender(1e-4), sweep_learning_rate("stock-lr-0.0001")
+        ('stock-lr-0.0001', 0.0001)
+    """
+    return f"{STOCK_SWEEP_PREFIX}{rate:g}"
+
+
+def sweep_learning_rate(contender: str) -> float | None:
+    """The learning rate of a swept stock run (None for any other contender)."""
+    if not contender.startswith(STOCK_SWEEP_PREFIX) or contender == STOCK_SWEEP:
+        return None
+    return float(contender.removeprefix(STOCK_SWEEP_PREFIX))
+
+
 def stock_switches(contender: str) -> dict:
     """TrainingArguments a stock contender adds to the example script's own: none for
-    ``stock``; bf16 autocast (where native) and length-grouped sampling for ``stock-tuned``."""
+    ``stock``; bf16 autocast (where native) and length-grouped sampling for ``stock-tuned``;
+    only the learning rate for a swept run (``stock-lr-0.0001``)."""
     if contender == "stock":
         return {}
+    if (rate := sweep_learning_rate(contender)) is not None:
+        return {"learning_rate": rate}
     if contender != "stock-tuned":
         raise ValueError(f"not a stock contender: {contender!r}")
     from encoder_tasks.training_args import available_accelerator, native_bf16_available

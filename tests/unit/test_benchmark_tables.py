@@ -293,6 +293,7 @@ def test_driver_order_partial_resume_and_failures(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(bench_all.tempfile, "gettempdir", lambda: str(tmp_path))
     argv = ["--size", "quick", "--tasks", "ner,pair", "--seeds", "1,2", "--variant", "toolkit-t=--a 1"]
+    argv += ["--contenders", ",".join(bench_all.CONTENDERS)]
     bench_all.main(argv)
     contenders = [*bench_all.CONTENDERS, "toolkit-t"]
     assert calls == [(t, c, s) for t in ("ner", "pair") for s in (1, 2) for c in contenders]
@@ -314,6 +315,70 @@ def test_driver_order_partial_resume_and_failures(tmp_path, monkeypatch):
     assert saved["data"]["runs"][1]["contender"] == "stock-tuned"  # back in the plan's order
     with pytest.raises(SystemExit):
         bench_all.parse_variants(["tokens=--a 1"])
+
+
+def test_the_stock_sweep_is_chosen_on_validation_and_costed(tmp_path, monkeypatch):
+    # Validation prefers 1e-4 while test would prefer 3e-4: the sweep must report 1e-4's test.
+    validation = {"stock": 0.70, "stock-lr-1e-05": 0.60, "stock-lr-0.0001": 0.85, "stock-lr-0.0003": 0.80}
+    test = {"stock": 0.69, "stock-lr-1e-05": 0.59, "stock-lr-0.0001": 0.82, "stock-lr-0.0003": 0.90}
+    rate = {"stock": 5e-5, "stock-lr-1e-05": 1e-5, "stock-lr-0.0001": 1e-4, "stock-lr-0.0003": 3e-4}
+    calls = []
+
+    def launch(task, contender, seed, size, flags, logs):
+        calls.append((task, contender))
+        wobble = 0.005 * (seed - 2)
+        if contender == "toolkit":
+            return fake_run(
+                task, contender, seed, 0.84 + wobble, 2000.0, test_metric=0.83 + wobble, train_seconds=8.0
+            )
+        return fake_run(
+            task,
+            contender,
+            seed,
+            validation[contender] + wobble,
+            1000.0,
+            test_metric=test[contender] + wobble,
+            learning_rate=rate[contender],
+        )
+
+    saved = {}
+    monkeypatch.setattr(bench_all, "launch", launch)
+    monkeypatch.setattr(bench_all, "task_sizes", lambda task, size, logs: {"dataset": "D", "describe": {}})
+    monkeypatch.setattr(bench_all, "save_results", lambda name, data: saved.update(data=data) or tmp_path)
+    monkeypatch.setattr(bench_all.tempfile, "gettempdir", lambda: str(tmp_path))
+    bench_all.main(
+        [
+            "--size",
+            "quick",
+            "--tasks",
+            "ner,mlm",
+            "--seeds",
+            "1,2,3",
+            "--contenders",
+            "stock,toolkit,stock-lr-sweep",
+            "--sweep_rates",
+            "1e-5,1e-4,3e-4",
+        ]
+    )
+    assert {c for t, c in calls if t == "mlm"} == {"stock", "toolkit"}  # no sweep on MLM
+    assert {c for t, c in calls if t == "ner"} == {"stock", "toolkit", *validation}
+    # Every rate on the first seed; on the others only the rate chosen there (and the rest).
+    assert [c for t, c in calls if t == "ner"].count("stock-lr-1e-05") == 1
+    assert [c for t, c in calls if t == "ner"].count("stock-lr-0.0001") == 3
+    sweep = saved["data"]["summary"]["ner"]["stock-lr-sweep"]
+    assert sweep["chosen"] == "stock-lr-0.0001" and sweep["learning_rate"] == 1e-4
+    assert sweep["test_metric"]["mean"] == pytest.approx(0.82)
+    assert sweep["sweep_train_seconds"] == pytest.approx(40.0)  # 4 candidates x 10 s
+    ner_targets = saved["data"]["targets"]["ner"]
+    swept = next(t for t in ner_targets if "stock-lr-sweep" in t)
+    assert swept["value"] == "higher" and swept["met"]
+    cost = next(t for t in ner_targets if t["target"].startswith("toolkit train time"))
+    assert cost["value"] == pytest.approx(0.8) and cost["met"]
+    table = saved["data"]["tables"]["stock-sweep"]
+    assert [row[2] for row in table["rows"]] == ["0.0001"]
+    assert table["rows"][0][1].startswith("1e-05: 0.595, 5e-05: 0.695, 0.0001: 0.845")  # seed 1
+    with pytest.raises(SystemExit, match="unknown stock-lr-sweeps"):
+        bench_all.chosen_contenders("stock-lr-sweeps", "1e-5", ["ner"])
 
 
 def test_a_variant_can_have_its_own_flags_per_task():
