@@ -14,7 +14,10 @@ It overrides only what differs from the stock Trainer:
   examples (:mod:`encoder_tasks.token_batches`), seeded the same way;
 - :meth:`EncoderTaskTrainer._batch_sampler_dataloader`: the one loader for batch samplers that
   give each process its own batches (token budgets, the embedding task's global batches);
-- a NaN/inf training loss stops the run at once with a clear message (last good checkpoint kept).
+- a NaN/inf training loss stops the run at once with a clear message (last good checkpoint kept);
+- the schedule options: ``--layer_lr_decay`` (a rate per layer: :meth:`learning_rate_of`,
+  :mod:`encoder_tasks.encoder_layers`), ``--reinit_layers``, ``--average_weights_from``
+  (:mod:`encoder_tasks.weight_averaging`) and ``--time_budget`` (:mod:`encoder_tasks.time_budget`).
 """
 
 from __future__ import annotations
@@ -33,11 +36,14 @@ from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints, seed_worker
 
 from . import checkpoints
+from .encoder_layers import parameter_depths, reinit_top_layers
 from .errors import UserError
 from .heads import EncoderWithHead
 from .sampling import EpochSeededCollator, EpochSeeds, LengthSortedEvalMixin, SeededLengthGroupedSampler
+from .time_budget import BUDGET_EPOCHS, TimeBudget, budget_scheduler, first_process_seconds, parse_duration
 from .token_batches import TokenBudgetBatchSampler
 from .training_args import check_token_budget
+from .weight_averaging import WeightAverage
 
 logger = logging.getLogger(__name__)
 
@@ -84,11 +90,84 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
         self._epoch_seeded_collator = None
         self._seeded_sampler = None
         self.add_callback(EpochSeeds(self))
+        self._depths: dict[str, int] | None = None
+        self.time_budget: TimeBudget | None = None
+        if getattr(self.args, "time_budget", None):
+            seconds = parse_duration(self.args.time_budget)
+            self.time_budget = TimeBudget(seconds, share=first_process_seconds(self.accelerator))
+            self.add_callback(self.time_budget)
+        if getattr(self.args, "average_weights_from", None) is not None:
+            # After the budget's callback, so the fraction it reads is this step's.
+            budget = self.time_budget
+            progress = (lambda: budget.fraction) if budget is not None else None
+            self.add_callback(WeightAverage(self.args.average_weights_from, progress))
         if getattr(self.args, "max_tokens_per_batch", None):
             model = (
                 self.accelerator.unwrap_model(self.model, keep_torch_compile=False) if self.model else None
             )
             check_token_budget(self.args, getattr(model, "task", ""), self.token_budget_refusal)
+
+    # ---- schedule options --------------------------------------------------------------------
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        count = int(getattr(self.args, "reinit_layers", 0) or 0)
+        own = self._own_model()
+        if count and not resume_from_checkpoint and own is not None:
+            # A resumed run loads the re-initialised weights from its checkpoint instead.
+            chosen = reinit_top_layers(own.encoder, count)
+            logger.info("re-initialised encoder layer(s) %s (--reinit_layers %d)", chosen, count)
+        if self.time_budget is not None and "num_train_epochs" not in getattr(self.args, "given_fields", ()):
+            self.args.num_train_epochs = BUDGET_EPOCHS  # the budget stops training, not the epochs
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def learning_rate_of(self, name: str) -> float:
+        """The peak learning rate of the parameter ``name`` of the model: ``--learning_rate``,
+        times ``--layer_lr_decay`` to the power of its depth for the encoder's own parameters
+        (:func:`encoder_tasks.encoder_layers.parameter_depths`). Task trainers give their heads
+        rates of their own here (NER: ``--head_learning_rate``)."""
+        rate = self.args.learning_rate
+        decay = getattr(self.args, "layer_lr_decay", None)
+        if decay and decay != 1.0 and name.startswith("encoder."):
+            if self._depths is None:
+                own = self._own_model()
+                self._depths = parameter_depths(own.encoder) if own is not None else {}
+            rate *= decay ** self._depths.get(name.removeprefix("encoder."), 0)
+        return rate
+
+    def weight_decay_of(self, name: str, decayed: bool) -> float:
+        """AdamW's weight decay for ``name`` (``decayed``: transformers would decay it)."""
+        return self.args.weight_decay if decayed else 0.0
+
+    def has_own_rates(self, model) -> bool:
+        """Whether :meth:`create_optimizer` builds its groups from :meth:`learning_rate_of`
+        (else the stock Trainer's two groups)."""
+        decay = getattr(self.args, "layer_lr_decay", None)
+        return bool(decay and decay != 1.0 and isinstance(model, EncoderWithHead))
+
+    def create_optimizer(self, model=None):
+        """AdamW groups by learning rate and weight decay (:meth:`learning_rate_of`,
+        :meth:`weight_decay_of`) where the trainer has rates of its own, else the stock ones."""
+        model = self.model if model is None else model
+        if self.optimizer is not None or not self.has_own_rates(model):
+            return super().create_optimizer(model)
+        decayed = set(self.get_decay_parameter_names(model))
+        grouped: dict[tuple[float, float], list] = {}
+        for name, param in model.named_parameters():
+            if param.requires_grad:
+                key = (self.learning_rate_of(name), self.weight_decay_of(name, name in decayed))
+                grouped.setdefault(key, []).append(param)
+        groups = [{"params": params, "lr": lr, "weight_decay": wd} for (lr, wd), params in grouped.items()]
+        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+        self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """With ``--time_budget``: warm-up and decay over the time (:func:`budget_scheduler`)."""
+        if self.time_budget is None or self.lr_scheduler is not None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        optimizer = optimizer if optimizer is not None else self.optimizer
+        self.lr_scheduler = budget_scheduler(optimizer, self.time_budget, float(self.args.warmup_steps or 0))
+        self._created_lr_scheduler = True
+        return self.lr_scheduler
 
     @property
     def _data_seed(self) -> int:

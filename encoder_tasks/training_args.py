@@ -78,6 +78,38 @@ class EncoderTrainingArguments(TrainingArguments):
         default=0.1, metadata={"help": "Warm-up: steps (int) or a fraction of all steps in [0, 1)."}
     )
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    layer_lr_decay: float | None = field(
+        default=None,
+        metadata={
+            "help": "Layer-wise learning-rate decay: the head trains at --learning_rate, the encoder's top layer at "
+            "x F, the next at x F^2, ..., the embeddings at x F^(layers+1) (ELECTRA/DeBERTa's recipe; e.g. 0.9). "
+            "Default: off (one rate)."
+        },
+    )
+    reinit_layers: int = field(
+        default=0,
+        metadata={
+            "help": "Re-initialise the encoder's top N layers before training (the encoder's own initialiser); "
+            "sometimes helps on small data. Default 0."
+        },
+    )
+    average_weights_from: float | None = field(
+        default=None,
+        metadata={
+            "help": "Weight averaging: the model kept is the mean of its weights after every step from this "
+            "fraction of training on (e.g. 0.75: the last quarter; of the steps, or of --time_budget). "
+            "Default: off (the last step's weights)."
+        },
+    )
+    time_budget: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train for a time (10m, 90s, 1.5h) rather than a number of epochs: as many epochs as fit "
+            "(at most --num_train_epochs when given), with warm-up and linear decay over the time, ending on "
+            "time. Covers training (and evaluations during it), not the final evaluation and save. A resumed "
+            "run gets a fresh budget. Default: off."
+        },
+    )
     per_device_train_batch_size: int = field(
         # 16, not 32: on small data sets (1-2k examples) 32 leaves too few optimiser steps
         # (SST-2, 1,000 sentences, 1 epoch: 0.63 accuracy at 32, 0.73 at 16; STS-B pairs
@@ -149,6 +181,7 @@ class EncoderTrainingArguments(TrainingArguments):
 
     def __post_init__(self):
         self._resolve_mixed_precision()
+        self._check_schedule_options()
         if self.max_tokens_per_batch is not None:
             from .errors import UserError
 
@@ -188,6 +221,31 @@ class EncoderTrainingArguments(TrainingArguments):
                 precision,
             )
         super().__post_init__()
+
+    def _check_schedule_options(self) -> None:
+        """Refuse values of the schedule options that cannot work, before a model loads."""
+        from .errors import UserError
+        from .time_budget import parse_duration
+        from .weight_averaging import check_start
+
+        if self.layer_lr_decay is not None and not 0.0 < float(self.layer_lr_decay) <= 1.0:
+            raise UserError(f"--layer_lr_decay must be in (0, 1], found {self.layer_lr_decay}")
+        if int(self.reinit_layers or 0) < 0:
+            raise UserError(f"--reinit_layers must be 0 or more layers, found {self.reinit_layers}")
+        check_start(self.average_weights_from)
+        if self.average_weights_from is not None and self.load_best_model_at_end:
+            raise UserError(
+                "--average_weights_from and --load_best_model_at_end each choose the weights kept: use one"
+            )
+        if self.time_budget is not None:
+            parse_duration(self.time_budget)
+            if (self.max_steps or 0) > 0:
+                raise UserError("--time_budget and --max_steps both set the length of training: use one")
+            if float(self.warmup_steps or 0) >= 1:
+                raise UserError(
+                    f"--time_budget takes --warmup_steps as a fraction of the time (e.g. 0.1), "
+                    f"found {self.warmup_steps} steps"
+                )
 
     def _resolve_mixed_precision(self) -> None:
         choice = self.mixed_precision

@@ -26,7 +26,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "model and engines",
         (
             "backbone", "heads", "config", "parsing", "training_args", "trainer", "sampling", "predict", "precision",
-            "runtimes", "export", "quantization", "distillation", "reporting.plots",
+            "runtimes", "export", "quantization", "distillation", "reporting.plots", "encoder_layers",
+            "time_budget", "weight_averaging",
             "reporting.run_report",
         ),
     ),

@@ -34,26 +34,16 @@ class NerTrainer(EncoderTaskTrainer):
         crf = getattr(self.task_args, "crf_learning_rate", None) or head
         return {"encoder": base, "head": head, "crf": crf}
 
-    def create_optimizer(self, model=None):
-        """AdamW groups: the encoder at ``--learning_rate``, the classifier at
-        ``--head_learning_rate``, the CRF at ``--crf_learning_rate`` (never weight-decayed:
-        transition scores are not weights to shrink)."""
-        model = self.model if model is None else model
-        if self.optimizer is not None or not isinstance(model, TokenTagger):
-            return super().create_optimizer(model)
-        rates = self._learning_rates()
-        decay = set(self.get_decay_parameter_names(model))
-        grouped: dict[tuple[str, bool], list] = {}
-        for name, param in model.named_parameters():
-            if not param.requires_grad:
-                continue
-            part = "crf" if name.startswith("crf.") else "encoder" if name.startswith("encoder.") else "head"
-            decayed = name in decay and part != "crf"
-            grouped.setdefault((part, decayed), []).append(param)
-        groups = [
-            {"params": params, "lr": rates[part], "weight_decay": self.args.weight_decay if decayed else 0.0}
-            for (part, decayed), params in grouped.items()
-        ]
-        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
-        self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
-        return self.optimizer
+    def has_own_rates(self, model) -> bool:
+        return isinstance(model, TokenTagger)
+
+    def learning_rate_of(self, name: str) -> float:
+        """The encoder at ``--learning_rate`` (with ``--layer_lr_decay``), the classifier at
+        ``--head_learning_rate``, the CRF at ``--crf_learning_rate``."""
+        if name.startswith("encoder."):
+            return super().learning_rate_of(name)
+        return self._learning_rates()["crf" if name.startswith("crf.") else "head"]
+
+    def weight_decay_of(self, name: str, decayed: bool) -> float:
+        # Transition scores are not weights to shrink.
+        return 0.0 if name.startswith("crf.") else super().weight_decay_of(name, decayed)
