@@ -122,6 +122,19 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def run_python(code: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -c code args...`` in a fresh interpreter at the checkout, with
+    :func:`subprocess_env`, its output captured as text (what import-isolation tests need)."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

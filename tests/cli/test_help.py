@@ -3,14 +3,11 @@ each, names the Trainer's common flags, and is printed without importing torch o
 (that is what made it slow: benchmarks/bench_cli_startup.py measures it); ``--help-all`` lists
 every flag. Speed itself is measured in benchmarks/, never asserted here."""
 
-import subprocess
-import sys
-
 import pytest
 
 from encoder_tasks.cli import HELP_WIDTH, main
 from encoder_tasks.registry import TASKS
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import run_python
 
 #: A terminal screen.
 SCREEN_LINES = 70
@@ -50,14 +47,7 @@ def test_short_help_imports_neither_torch_nor_transformers():
         "heavy = sorted(m for m in ('torch', 'transformers', 'datasets', 'peft') if m in sys.modules)\n"
         "print('heavy:', heavy)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_python(code, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "heavy: []"
 
@@ -67,9 +57,7 @@ def test_the_script_exits_with_the_commands_status(argv, status):
     # ``run`` (the console script) freezes what is alive before the interpreter exits; the status
     # and the one-line error are main's.
     code = f"import sys; sys.argv = ['encoder-tasks', *{argv!r}]; from encoder_tasks.cli import run; run()"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), cwd=REPO
-    )
+    done = run_python(code)
     assert done.returncode == status, done.stderr
     if status:
         assert done.stderr.startswith("encoder-tasks: error:") and "Traceback" not in done.stderr

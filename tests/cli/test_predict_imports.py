@@ -4,10 +4,8 @@ CPU here), nor data sets, metrics or runtimes a torch prediction does not use. T
 measured by benchmarks/bench_cli_startup.py, never asserted here."""
 
 import json
-import subprocess
-import sys
 
-from tests.helpers import FAST_TRAINING, REPO, run_train, subprocess_env, write
+from tests.helpers import FAST_TRAINING, run_python, run_train, write
 from tests.samples import conll
 
 #: Modules the predict path once imported (or could) without using them.
@@ -39,14 +37,7 @@ def test_ner_predict_of_one_sentence_imports_no_trainer_data_or_metrics(tmp_path
         f"assert main({argv!r}) == 0\n"
         f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_python(code)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == []
     record = json.loads((tmp_path / "out.jsonl").read_text())
