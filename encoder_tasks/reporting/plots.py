@@ -7,8 +7,9 @@
 - ``score_distribution.png``: pair/regression scores (or the positive-class probability)
   split by the true label;
 - ``reliability.png``: the reliability diagram of the final evaluation's probabilities
-  (classification and pair: the top label's; tagging: each predicted entity's), from the
-  ``eval_reliability`` / ``eval_entity_reliability`` bins in ``metrics.json``.
+  (classification and pair: the top label's; tagging: each predicted entity's; QA: the best span's), from the
+  ``eval_reliability`` / ``eval_entity_reliability`` / ``eval_answer_reliability`` (QA) bins in
+  ``metrics.json``.
 
 Without matplotlib nothing is drawn and one log line says how to get it. After a run,
 ``encoder-tasks plot <run_dir>`` draws them again from the files in the directory.
@@ -333,7 +334,12 @@ def plot_predictions(task: str, metadata: dict, metrics: dict, predictions, labe
     if per_type:
         title = "Per-type scores" if task == "ner" else "Per-class scores"
         written.append(_safely(plot_per_type_f1, per_type, out_dir, title=title))
-    for prefix, title in (("eval_", "Reliability"), ("eval_entity_", "Reliability of entity scores")):
+    reliabilities = (
+        ("eval_", "Reliability"),
+        ("eval_entity_", "Reliability of entity scores"),
+        ("eval_answer_", "Reliability of answer probabilities"),
+    )
+    for prefix, title in reliabilities:
         if isinstance(metrics.get(f"{prefix}reliability"), dict):
             ece = metrics.get(f"{prefix}ece")
             written.append(

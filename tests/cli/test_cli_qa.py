@@ -39,6 +39,13 @@ def test_train_evaluate_predict(tiny_models, tmp_path, family, capsys):
     golds = {q["id"]: [g["text"] for g in q["answers"]] for _, q in asked}
     scores = squad_v1_scores(golds, {r["id"]: r["answer"] for r in predicted})
     assert (metrics["eval_exact"], metrics["eval_f1"]) == pytest.approx((scores["exact"], scores["f1"]))
+    # The answers' probabilities are judged against exact match: the Brier score again from predict.
+    brier = [(r["probability"] - (squad_v1_scores({"q": golds[r["id"]]}, {"q": r["answer"]})["exact"] / 100)) ** 2
+             for r in predicted]  # fmt: skip
+    assert metrics["eval_answer_brier"] == pytest.approx(sum(brier) / len(brier), abs=1e-5)
+    assert 0.0 <= metrics["eval_answer_ece"] <= 1.0 and metrics["eval_answer_calibration_examples"] == len(
+        asked
+    )
     meta = read_json(out / "encoder_tasks.json")
     assert meta["task"] == "qa" and meta["settings"]["version_2_with_negative"] is False
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from ...data.fingerprint import warn_if_tuned_on
 from ...errors import UserError
-from .evaluation import cmrc2018_scores, squad_v1_scores, squad_v2_scores
+from ...metrics import binary_calibration_metrics
+from .evaluation import cmrc2018_scores, cmrc_em, exact_score, squad_v1_scores, squad_v2_scores
 from .scoring import postprocess_example
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,35 @@ def score_predictions(
     if null_diffs is None:
         return squad_v1_scores(golds, best_spans_by_id)
     return squad_v2_scores(golds, best_spans_by_id, null_diffs, na_prob_thresh=null_threshold)
+
+
+def answer_calibration(golds: dict[str, list[str]], results: dict, metric: str = "squad") -> dict:
+    """Calibration of the best span's probability (its share of the n-best candidates, the null
+    answer's among them in v2.0: what ``predict`` reports) against whether that span matches a
+    gold answer exactly: ``answer_ece``, ``answer_brier``, ``answer_nll``,
+    ``answer_reliability``, ``answer_calibration_examples``. An unanswerable question's gold is
+    the empty answer, which no span matches.
+
+    Example:
+        >>> results = {0: {"best_span": "Paris", "n_best": [{"probability": 0.8}]},
+        ...            1: {"best_span": "Rome", "n_best": [{"probability": 0.6}]}}
+        >>> m = answer_calibration({"0": ["Paris"], "1": ["Milan"]}, results)
+        >>> round(m["answer_brier"], 4), m["answer_calibration_examples"]
+        (0.2, 2)
+    """
+    confidence, correct = [], []
+    for key, result in results.items():
+        if not result.get("n_best"):
+            continue
+        answers = golds.get(str(key)) or [""]
+        span = result["best_span"]
+        if metric == "cmrc2018":
+            matched = bool(cmrc_em(answers, span))
+        else:
+            matched = any(exact_score(gold, span) for gold in answers)
+        confidence.append(result["n_best"][0]["probability"])
+        correct.append(matched)
+    return {f"answer_{k}": v for k, v in binary_calibration_metrics(confidence, correct).items()}
 
 
 class QAEvaluator:
@@ -173,6 +203,7 @@ class QAEvaluator:
             1 for key, span in spans.items() if span and (diffs is None or diffs[key] <= threshold)
         )
         metrics["questions"] = len(self.examples)
+        metrics.update(answer_calibration(golds, results, self.metric))
         self.last_predictions = {self.examples.ids[i]: r for i, r in results.items()}
         return metrics
 

@@ -97,6 +97,9 @@ def _record(result: dict, top_k: int) -> dict:
         "end": result["end"],
         "score": None if result["score"] is None else round(result["score"], 6),
     }
+    if not result["no_answer"] and result["n_best"]:
+        # The answer's share of the candidates: what eval_answer_ece judges (qa/metrics.py).
+        record["probability"] = round(result["n_best"][0]["probability"], 6)
     if "null_score_diff" in result and math.isfinite(result["null_score_diff"]):
         record["null_score_diff"] = round(result["null_score_diff"], 6)
     if top_k > 1:
