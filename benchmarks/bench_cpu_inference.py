@@ -553,13 +553,19 @@ def _encode_numpy(spec: dict, forward):
     return encode
 
 
-def load_ort(spec: dict):
+def plain_ort_session(spec: dict):
+    """``(path, session)``: the contender's ONNX file (``params.file``: fp32 or int8) in an ONNX
+    Runtime session as a plain script opens one (all graph optimisations, the CPU provider)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     path = spec["artifacts"]["onnx_" + spec["params"]["file"]]
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return path, ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def load_ort(spec: dict):
+    path, session = plain_ort_session(spec)
     names = [i.name for i in session.get_inputs()]
 
     def forward(inputs):
@@ -619,9 +625,9 @@ def load_fastembed(spec: dict):
     }
 
 
-def load_toolkit(spec: dict):
-    import numpy as np
-
+def toolkit_predictor(spec: dict):
+    """The toolkit's ``Predictor`` for a contender's spec (its ``backend`` flag, if any) and the
+    info row every benchmark records of it: the flags and the settings they resolved to."""
     from encoder_tasks.inference import Predictor
 
     flags = {"backend": spec["params"]["backend"]} if spec["params"].get("backend") else {}
@@ -634,6 +640,13 @@ def load_toolkit(spec: dict):
             if hasattr(predictor.args, k)
         }
     )
+    return predictor, info
+
+
+def load_toolkit(spec: dict):
+    import numpy as np
+
+    predictor, info = toolkit_predictor(spec)
     try:  # what "auto" became here, and the weights' dtypes (bf16 where the encoder was cast)
         from encoder_tasks.predict import uses_bf16
 

@@ -368,12 +368,7 @@ def _plain_script(spec: dict, forward):
 
 
 def load_ort(spec: dict):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    path = spec["artifacts"]["onnx_" + spec["params"]["file"]]
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    path, session = cpu.plain_ort_session(spec)
     spec["input_names"] = [i.name for i in session.get_inputs()]
     output = [o.name for o in session.get_outputs()].index("logits")
 
@@ -494,18 +489,7 @@ def load_crossencoder(spec: dict):
 
 
 def load_toolkit(spec: dict):
-    from encoder_tasks.inference import Predictor
-
-    flags = {"backend": spec["params"]["backend"]} if spec["params"].get("backend") else {}
-    predictor = Predictor.load(spec["model_dir"], **flags)
-    info = {"flags": flags, "model_dir": spec["model_dir"]}
-    info.update(
-        {
-            k: str(getattr(predictor.args, k))
-            for k in ("precision", "backend", "batch_size")
-            if hasattr(predictor.args, k)
-        }
-    )
+    predictor, info = cpu.toolkit_predictor(spec)
     encoder = getattr(predictor.model, "encoder", None)
     info["encoder"] = type(encoder).__name__
     runtime = predictor.model.settings.get("runtime") if hasattr(predictor.model.settings, "get") else None
