@@ -47,7 +47,7 @@ def measure(model_dir: str, batch_size: int) -> dict:
             runtimes.load_runtime(backend, graph, encoder.config),
             contextlib.nullcontext,
         )
-    if "openvino" in installed and runtimes._computes_bf16("openvino"):
+    if "openvino" in installed and runtimes.computes_bf16("openvino"):
         graph = runtimes.exported("openvino", encoder, key)
         bf16 = runtimes.load_runtime("openvino", graph, encoder.config, compute="bf16")
         contenders["openvino bf16"] = (bf16, contextlib.nullcontext)
@@ -62,12 +62,12 @@ def measure(model_dir: str, batch_size: int) -> dict:
             "token_type_ids": torch.zeros(64, 40, dtype=torch.long),
         }
     ]
-    allowance = runtimes._bf16_allowance(encoder, probes, "cpu")
+    allowance = runtimes.bf16_allowance(encoder, probes, "cpu")
 
     class Autocast(torch.nn.Module):
         def forward(self, **inputs):
             with autocast_for("cpu", "bf16"):
-                return encoder(**runtimes._encoder_inputs(encoder, inputs))
+                return encoder(**runtimes.forward_inputs(encoder, inputs))
 
     rows = []
     probe_times = runtimes.timed_rounds(contenders, probes)

@@ -264,7 +264,8 @@ def probe_batches(config, batch_size: int = 16, seed: int = 0) -> list[dict[str,
     return batches
 
 
-def _encoder_inputs(encoder, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def forward_inputs(encoder, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The entries of ``batch`` that ``encoder.forward`` takes (a DistilBERT takes no segment ids)."""
     import inspect
 
     accepted = set(inspect.signature(encoder.forward).parameters)
@@ -280,7 +281,7 @@ def parity(
     the largest difference that passes (default :data:`PARITY_TOLERANCE` of the scale)."""
     diff = scale = 0.0
     for batch in batches:
-        inputs = _encoder_inputs(reference, batch)
+        inputs = forward_inputs(reference, batch)
         want = reference(**inputs, return_dict=True).last_hidden_state.float()
         got = runtime(**batch, return_dict=True).last_hidden_state.float()
         real = batch["attention_mask"].bool()
@@ -299,8 +300,7 @@ def timed_rounds(encoders: dict[str, tuple[nn.Module, Any]], batches, rounds: in
     context factory)``) timed in interleaved rounds (each round runs every encoder once, after one
     warm-up pass each), so a load spike on a shared machine hits every contender alike."""
     inputs = {
-        name: [_encoder_inputs(encoder, batch) for batch in batches]
-        for name, (encoder, _) in encoders.items()
+        name: [forward_inputs(encoder, batch) for batch in batches] for name, (encoder, _) in encoders.items()
     }
     times: dict[str, list[float]] = {name: [] for name in encoders}
     for index in range(rounds + 1):
@@ -408,11 +408,11 @@ def apply_backend(
     # Where auto's torch computes in bf16 (a CPU with AMX), a runtime that can computes in bf16 too,
     # checked against twice torch's own bf16 difference from fp32.
     in_bf16 = (
-        {n for n in wanted if _computes_bf16(n)}
+        {n for n in wanted if computes_bf16(n)}
         if backend == "auto" and uses_bf16(device, precision)
         else set()
     )
-    bf16_allowed = _bf16_allowance(reference, batches, device) if in_bf16 else None
+    bf16_allowed = bf16_allowance(reference, batches, device) if in_bf16 else None
     checked: dict[str, tuple[EncoderRuntime, dict]] = {}
     for name in wanted:
         compute = "bf16" if name in in_bf16 else "fp32"
@@ -449,7 +449,7 @@ def apply_backend(
     return _choose(model, reference, checked, batches, precision, decision)
 
 
-def _computes_bf16(backend: str) -> bool:
+def computes_bf16(backend: str) -> bool:
     """Whether ``backend`` can compute an fp32 graph in bf16 on this CPU, natively."""
     if backend not in BF16_BACKENDS:
         return False
@@ -457,14 +457,14 @@ def _computes_bf16(backend: str) -> bool:
 
 
 @torch.inference_mode()
-def _bf16_allowance(reference: nn.Module, batches, device) -> float:
+def bf16_allowance(reference: nn.Module, batches, device) -> float:
     """:data:`BF16_PARITY_FACTOR` times the largest difference torch's own bf16 autocast makes to
     the encoder's fp32 hidden states on ``batches`` (real tokens): what a bf16 runtime may differ."""
     from ..precision import autocast_for
 
     diff = 0.0
     for batch in batches:
-        inputs = _encoder_inputs(reference, batch)
+        inputs = forward_inputs(reference, batch)
         want = reference(**inputs, return_dict=True).last_hidden_state.float()
         with autocast_for(device, "bf16"):
             got = reference(**inputs, return_dict=True).last_hidden_state.float()

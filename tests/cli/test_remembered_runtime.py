@@ -125,7 +125,7 @@ def test_a_bf16_runtime_may_differ_from_fp32_by_twice_what_torch_bf16_does():
 
     reference = load_encoder(make_tiny_model("bert")).eval()
     batches = runtimes.probe_batches(BertConfig(vocab_size=reference.config.vocab_size), batch_size=4)
-    allowed = runtimes._bf16_allowance(reference, batches, "cpu")
+    allowed = runtimes.bf16_allowance(reference, batches, "cpu")
     assert allowed > 0  # bf16 rounds
 
     class Shifted(torch.nn.Module):  # the encoder's hidden states, each moved by ``offset``
