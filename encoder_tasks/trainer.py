@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints, seed_worker
@@ -69,6 +69,16 @@ def check_finite_loss(loss: torch.Tensor, state, output_dir: str) -> None:
     )
 
 
+class _AtTrainBegin(TrainerCallback):
+    """Calls ``action(state)`` when training begins (after a resumed run's weights are loaded)."""
+
+    def __init__(self, action):
+        self.action = action
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.action(state)
+
+
 class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
     """Trainer for :class:`~encoder_tasks.heads.EncoderWithHead` models.
 
@@ -96,11 +106,16 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
             seconds = parse_duration(self.args.time_budget)
             self.time_budget = TimeBudget(seconds, share=first_process_seconds(self.accelerator))
             self.add_callback(self.time_budget)
+        if getattr(self.args, "reinit_layers", 0):
+            self.add_callback(_AtTrainBegin(self.reinit_layers_at_start))
         if getattr(self.args, "average_weights_from", None) is not None:
-            # After the budget's callback, so the fraction it reads is this step's.
+            # After the budget's callback, so the fraction it reads is this step's. The model is
+            # the trainer's own (a search trial's model is made inside train).
             budget = self.time_budget
             progress = (lambda: budget.fraction) if budget is not None else None
-            self.add_callback(WeightAverage(self.args.average_weights_from, progress))
+            self.add_callback(
+                WeightAverage(self.args.average_weights_from, progress, model_of=self._own_model)
+            )
         if getattr(self.args, "max_tokens_per_batch", None):
             model = (
                 self.accelerator.unwrap_model(self.model, keep_torch_compile=False) if self.model else None
@@ -108,13 +123,17 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
             check_token_budget(self.args, getattr(model, "task", ""), self.token_budget_refusal)
 
     # ---- schedule options --------------------------------------------------------------------
-    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+    def reinit_layers_at_start(self, state) -> None:
+        """``--reinit_layers``: at the start of a fresh run (a resumed one loaded its weights,
+        re-initialised ones included, from its checkpoint), on the model being trained (a
+        search trial's too, made by ``model_init`` inside ``train``)."""
         count = int(getattr(self.args, "reinit_layers", 0) or 0)
         own = self._own_model()
-        if count and not resume_from_checkpoint and own is not None:
-            # A resumed run loads the re-initialised weights from its checkpoint instead.
+        if count and state.global_step == 0 and own is not None:
             chosen = reinit_top_layers(own.encoder, count)
             logger.info("re-initialised encoder layer(s) %s (--reinit_layers %d)", chosen, count)
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
         if self.time_budget is not None and "num_train_epochs" not in getattr(self.args, "given_fields", ()):
             self.args.num_train_epochs = BUDGET_EPOCHS  # the budget stops training, not the epochs
         return super().train(resume_from_checkpoint, *args, **kwargs)

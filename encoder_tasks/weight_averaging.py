@@ -41,11 +41,14 @@ class WeightAverage(TrainerCallback):
 
     ``progress`` (optional) gives the fraction of training done, for a run whose length is
     not a number of steps (``--time_budget``); otherwise ``global_step / max_steps``.
+    ``model_of`` (optional) gives the model to average (a trainer's own); otherwise the
+    ``model`` the callback is called with.
     """
 
-    def __init__(self, start: float, progress=None):
+    def __init__(self, start: float, progress=None, model_of=None):
         self.start = check_start(start)
         self.progress = progress
+        self.model_of = model_of
         self.mean: dict[str, torch.Tensor] = {}
         self.steps = 0
 
@@ -54,7 +57,11 @@ class WeightAverage(TrainerCallback):
             return self.progress()
         return state.global_step / max(1, state.max_steps)
 
+    def _model(self, model):
+        return self.model_of() if self.model_of is not None else model
+
     def on_step_end(self, args, state, control, model=None, **kwargs):
+        model = self._model(model)
         # The fraction done *before* this step: a step taken from F on is averaged.
         before = self._done(state) - (0.0 if self.progress else 1 / max(1, state.max_steps))
         if model is None or before < self.start - 1e-9:
@@ -72,6 +79,7 @@ class WeightAverage(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
+        model = self._model(model)
         if model is None or not self.mean:
             return control
         with torch.no_grad():
