@@ -141,11 +141,15 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
     def learning_rate_of(self, name: str) -> float:
         """The peak learning rate of the parameter ``name`` of the model: ``--learning_rate``,
         times ``--layer_lr_decay`` to the power of its depth for the encoder's own parameters
-        (:func:`encoder_tasks.encoder_layers.parameter_depths`). Task trainers give their heads
-        rates of their own here (NER: ``--head_learning_rate``)."""
+        (:func:`encoder_tasks.encoder_layers.parameter_depths`); the head's, the task's
+        ``--head_learning_rate`` where its flags have one and it is set. Task trainers with more
+        than one head part give each its rate here (NER: the CRF's)."""
         rate = self.args.learning_rate
+        if not name.startswith("encoder."):
+            # A task whose flags give its fresh head a rate of its own (--head_learning_rate).
+            return getattr(self.task_args, "head_learning_rate", None) or rate
         decay = getattr(self.args, "layer_lr_decay", None)
-        if decay and decay != 1.0 and name.startswith("encoder."):
+        if decay and decay != 1.0:
             if self._depths is None:
                 own = self._own_model()
                 self._depths = parameter_depths(own.encoder) if own is not None else {}
@@ -160,7 +164,8 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
         """Whether :meth:`create_optimizer` builds its groups from :meth:`learning_rate_of`
         (else the stock Trainer's two groups)."""
         decay = getattr(self.args, "layer_lr_decay", None)
-        return bool(decay and decay != 1.0 and isinstance(model, EncoderWithHead))
+        head = getattr(self.task_args, "head_learning_rate", None)
+        return bool(((decay and decay != 1.0) or head) and isinstance(model, EncoderWithHead))
 
     def create_optimizer(self, model=None):
         """AdamW groups by learning rate and weight decay (:meth:`learning_rate_of`,

@@ -168,3 +168,21 @@ def test_the_options_reach_a_cli_run(tiny_bert, tmp_path):
     metrics = run_train("classification", tiny_bert, data, tmp_path / "run", *FAST_TRAINING[2:], *flags,
                         validation=data)  # fmt: skip
     assert metrics["train_epoch"] == pytest.approx(2.0) and "eval_accuracy" in metrics
+
+
+@pytest.mark.parametrize("task", ["classification", "qa"])
+def test_a_fresh_head_can_have_its_own_rate(task, tiny_bert, tmp_path):
+    from encoder_tasks.registry import TASKS
+
+    spec = TASKS[task]
+    task_args = spec.Arguments(head_learning_rate=1e-3)
+    if task == "qa":
+        from encoder_tasks.tasks.qa.model import ExtractiveQuestionAnswering
+
+        model = ExtractiveQuestionAnswering(load_encoder(tiny_bert))
+    else:
+        model = SequenceClassifier(load_encoder(tiny_bert), num_labels=2)
+    trainer = spec.trainer_class()(model=model, args=_args(tmp_path, learning_rate=5e-5), task_args=task_args)
+    rate = {n: g["lr"] for g in trainer.create_optimizer().param_groups for n in [id(p) for p in g["params"]]}
+    for name, param in model.named_parameters():
+        assert rate[id(param)] == pytest.approx(5e-5 if name.startswith("encoder.") else 1e-3), name

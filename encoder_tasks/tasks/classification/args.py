@@ -23,6 +23,26 @@ from ...task import TaskSettings
 PROBLEM_TYPES = ("auto", "single_label", "multi_label", "regression")
 LONG_TEXT = ("window", "truncate")
 CALIBRATIONS = ("none", "temperature")
+POOLINGS = ("auto", "cls", "mean", "max")
+#: What ``--pooling auto`` pools by head type (problem type), chosen on validation data over four
+#: datasets per head type and three seeds (``benchmarks/bench_pooling.py --sets all``; the table
+#: and the rule in docs/ecosystem.md, "How the default pooling was chosen"); any other head: cls.
+AUTO_POOLING = {"regression": "mean"}
+AUTO_POOLING_OTHERWISE = "cls"
+
+
+def resolve_pooling(pooling: str, problem_type: str) -> str:
+    """The pooling a head of ``problem_type`` gets for ``--pooling`` (``auto``: by head type).
+
+    Example:
+        >>> resolve_pooling("auto", "regression"), resolve_pooling("auto", "single_label")
+        ('mean', 'cls')
+        >>> resolve_pooling("max", "regression")
+        'max'
+    """
+    if pooling != "auto":
+        return pooling
+    return AUTO_POOLING.get(problem_type, AUTO_POOLING_OTHERWISE)
 
 
 @dataclass
@@ -52,16 +72,23 @@ class ClassificationArguments:
         metadata={"help": "Multi-label given as one string, e.g. 'sports|politics': the separator."},
     )
     pooling: str = field(
-        default="cls",
+        default="auto",
         metadata={
-            "help": "Sequence pooling: cls (default: the first token; exports as the plain stock "
-            "AutoModelForSequenceClassification), mean or max (export with a modeling file: "
-            "trust_remote_code=True). On MiniLM, cls scored as mean within the seed spread "
+            "help": "Sequence pooling: auto (default: mean for regression heads, cls for the others), cls (the "
+            "first token; exports as the plain stock AutoModelForSequenceClassification), mean or max (export "
+            "with a modeling file: trust_remote_code=True). Chosen per head type on validation data "
             "(docs/ecosystem.md)."
         },
     )
     classifier_dropout: float | None = field(
         default=None, metadata={"help": "Dropout before the classifier (default: the encoder's own)."}
+    )
+    head_learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": "Learning rate of the freshly initialised classifier (the encoder keeps --learning_rate). "
+            "Default: none (--learning_rate)."
+        },
     )
     class_weights: str | None = field(
         default=None,
@@ -97,6 +124,7 @@ class ClassificationArguments:
 
     def __post_init__(self):
         check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
+        check_choice("pooling", self.pooling, POOLINGS)
         check_choice("calibrate", self.calibrate, CALIBRATIONS)
         if self.calibrate != "none" and self.problem_type in ("multi_label", "regression"):
             raise UserError(

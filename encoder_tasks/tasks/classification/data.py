@@ -23,7 +23,7 @@ from ...collators import PaddingCollator
 from ...data import Split, column_texts, resolve_column
 from ...errors import UserError
 from ...task import Prepared
-from .args import ClassificationArguments, ClassificationSettings
+from .args import ClassificationArguments, ClassificationSettings, resolve_pooling
 from .labels import (
     check_known_labels,
     encode_labels,
@@ -91,7 +91,7 @@ def new_settings(split: Split, task_args: ClassificationArguments, data_args) ->
         label_separator=task_args.label_separator,
         max_length=data_args.max_length,
         thresholds=[0.5] * len(label_names) if problem_type == "multi_label" else None,
-        pooling=task_args.pooling,
+        pooling=resolve_pooling(task_args.pooling, problem_type),
         classifier_dropout=task_args.classifier_dropout,
     )
 
