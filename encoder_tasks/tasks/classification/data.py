@@ -82,6 +82,9 @@ def new_settings(split: Split, task_args: ClassificationArguments, data_args) ->
                 f"{split.source}: column {label_col!r} holds a single label {label_names}; classification "
                 "needs at least two (use --problem_type regression for scores)"
             )
+    pooling = resolve_pooling(task_args.pooling, problem_type)
+    if task_args.pooling == "auto":
+        logger.info("pooling %s (--pooling auto, a %s head; --pooling chooses)", pooling, problem_type)
     return ClassificationSettings(
         problem_type=problem_type,
         label_names=label_names,
@@ -91,7 +94,7 @@ def new_settings(split: Split, task_args: ClassificationArguments, data_args) ->
         label_separator=task_args.label_separator,
         max_length=data_args.max_length,
         thresholds=[0.5] * len(label_names) if problem_type == "multi_label" else None,
-        pooling=resolve_pooling(task_args.pooling, problem_type),
+        pooling=pooling,
         classifier_dropout=task_args.classifier_dropout,
     )
 
