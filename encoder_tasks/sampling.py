@@ -103,6 +103,52 @@ class EpochSeededCollator:
                 np.random.set_state(numpy_state)
 
 
+class GroupBatchSampler(torch.utils.data.Sampler):
+    """Batches of whole groups: rows ``g * group_size`` to ``g * group_size + group_size - 1``
+    form group ``g`` (a query with its candidate passages, scored together by a listwise loss),
+    and a batch holds ``batch_groups`` groups per process, in an order seeded by (seed, epoch).
+
+    Every process draws the same order and takes its own share of each global batch; a last
+    global batch too small to give every process a group is dropped (with ``drop_last``, any
+    short one).
+
+    Example:
+        >>> batches = list(GroupBatchSampler(groups=3, group_size=2, batch_groups=2, seed=0))
+        >>> [sorted(b) for b in batches], len(batches)
+        ([[0, 1, 2, 3], [4, 5]], 2)
+        >>> [len(b) for b in GroupBatchSampler(3, 2, batch_groups=1, seed=0, rank=1, world_size=2)]
+        [2]
+    """
+
+    def __init__(self, groups: int, group_size: int, batch_groups: int, seed: int = 0, rank: int = 0,
+                 world_size: int = 1, drop_last: bool = False):  # fmt: skip
+        if group_size < 1 or batch_groups < 1:
+            raise ValueError("group_size and batch_groups must be at least 1")
+        self.groups, self.group_size, self.batch_groups = groups, group_size, batch_groups
+        self.seed, self.rank, self.world_size, self.drop_last = seed, rank, world_size, drop_last
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _global_batches(self) -> list[list[int]]:
+        order = list(range(self.groups))
+        random.Random(zlib.crc32(f"{self.seed}:{self.epoch}".encode())).shuffle(order)
+        size = self.batch_groups * self.world_size
+        batches = [order[i : i + size] for i in range(0, len(order), size)]
+        smallest = size if self.drop_last else self.world_size
+        return [b for b in batches if len(b) >= smallest]
+
+    def __iter__(self):
+        for batch in self._global_batches():
+            share = len(batch) // self.world_size
+            mine = batch[self.rank * share : (self.rank + 1) * share]
+            yield [g * self.group_size + j for g in mine for j in range(self.group_size)]
+
+    def __len__(self) -> int:
+        return len(self._global_batches())
+
+
 class EpochSeeds(TrainerCallback):
     """Tell the seeded sampler and collator which epoch starts.
 

@@ -32,8 +32,9 @@ def test_pair_reuses_classification():
     assert issubclass(PairTask, classification.ClassificationTask)
     assert issubclass(pair.PairArguments, classification.ClassificationArguments)
     assert issubclass(PairClassifier, SequenceClassifier)
-    # one prepare, one predict, one settings type: inherited, not copied
-    for hook in ("prepare", "after_training", "predict", "stock_model", "build_model"):
+    # one predict, one settings type: inherited, not copied (prepare adds only the listwise
+    # expansion of grouped rows, then calls classification's: tests/unit/test_pair_listwise.py)
+    for hook in ("after_training", "predict", "stock_model", "build_model"):
         assert getattr(PairTask, hook) is getattr(classification.ClassificationTask, hook)
     assert PairTask.Settings is classification.ClassificationSettings
     assert PairTask.PredictArguments is classification.ClassificationPredictArguments

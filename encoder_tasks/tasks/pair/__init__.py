@@ -5,7 +5,8 @@ inherits every hook of :class:`~encoder_tasks.tasks.classification.Classificatio
 same preprocessing, where ``tokenizer(text, text_pair)`` gives segment ids to the encoders
 that have them; the same metrics, accuracy and F1 or Pearson and Spearman; the same settings,
 ``predict`` and stock export) and changes only its flags' defaults (``args.py``) and the
-name its head is saved under (``model.py``).
+name its head is saved under (``model.py``), and adds listwise reranker training
+(``--listwise_negatives``, ``listwise.py``).
 
 Example:
     >>> task = PairTask()
@@ -32,3 +33,24 @@ class PairTask(ClassificationTask):
         from .model import PairClassifier
 
         return PairClassifier
+
+    def trainer_class(self) -> type:
+        from .listwise import PairTrainer
+
+        return PairTrainer
+
+    def prepare(self, splits, tokenizer, task_args, data_args, saved=None):
+        """``--listwise_negatives``: each (query, positive, negatives) row becomes its labelled
+        pairs, in groups (:func:`.listwise.expand_groups`), after ``--max_*_samples`` picked
+        the rows (so they count queries)."""
+        from .listwise import expand_groups, negative_columns
+
+        columns = negative_columns(getattr(task_args, "listwise_negatives", None))
+        if columns:
+            splits = {
+                name: expand_groups(split, task_args.text_column, task_args.text_pair_column, columns)
+                if split is not None and name in ("train", "validation")
+                else split
+                for name, split in splits.items()
+            }
+        return super().prepare(splits, tokenizer, task_args, data_args, saved)

@@ -39,7 +39,22 @@ class PairArguments(ClassificationArguments):
         },
     )
 
+    listwise_negatives: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train a reranker listwise: the comma-separated columns of each row's negative passages "
+            "(negative_1,negative_2,... as `embedding mine` writes them; the text column is the query, the pair "
+            "column its positive). A row's passages are scored together and the positive must come first "
+            "(softmax cross-entropy); the batch size counts queries. Default: none (one labelled pair per row)."
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
         if not self.text_pair_column:
             raise UserError("pair: --text_pair_column is required (use the classification task for one text)")
+        if self.listwise_negatives and self.problem_type not in ("auto", "single_label"):
+            raise UserError(
+                f"--listwise_negatives trains a two-label (0/1) reranker; --problem_type {self.problem_type} "
+                "does not apply"
+            )

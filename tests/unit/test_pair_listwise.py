@@ -1,0 +1,92 @@
+"""Listwise reranker training (pair --listwise_negatives): groups, the loss, the sampler, a run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import datasets
+import pytest
+import torch
+
+from encoder_tasks.data import Split
+from encoder_tasks.errors import UserError
+from encoder_tasks.sampling import GroupBatchSampler
+from encoder_tasks.tasks.pair.listwise import expand_groups, listwise_loss
+from tests.helpers import FAST_TRAINING, read_json, read_jsonl, run_predict, run_train, write
+
+
+def test_the_loss_is_the_positives_cross_entropy_within_its_group():
+    torch.manual_seed(0)
+    logits = torch.randn(12, 2)
+    found = listwise_loss(logits, group_size=3)
+    relevance = (logits[:, 1] - logits[:, 0]).tolist()
+    expected = 0.0
+    for g in range(4):
+        scores = relevance[3 * g : 3 * g + 3]
+        expected += -scores[0] + math.log(sum(math.exp(s) for s in scores))
+    assert float(found) == pytest.approx(expected / 4, rel=1e-5)
+    with pytest.raises(ValueError, match="not whole groups"):
+        listwise_loss(logits[:11], group_size=3)
+
+
+def test_rows_become_consecutive_labelled_groups_positive_first():
+    rows = {"query": ["q1", "q2"], "pos": ["p1", "p2"], "negative_1": ["a", "b"], "negative_2": ["c", "d"]}
+    split = Split("train", "mined.jsonl", datasets.Dataset.from_dict(rows))
+    out = expand_groups(split, "query", "pos", ["negative_1", "negative_2"]).dataset
+    assert out["query"] == ["q1"] * 3 + ["q2"] * 3
+    assert out["pos"] == ["p1", "a", "c", "p2", "b", "d"]
+    assert out["label"] == ["1", "0", "0", "1", "0", "0"]
+    with pytest.raises(
+        UserError, match=r"mined.jsonl: --listwise_negatives names column\(s\) \['negative_3'\]"
+    ):
+        expand_groups(split, "query", "pos", ["negative_3"])
+
+
+def test_batches_hold_whole_groups_and_every_group_once_an_epoch():
+    sampler = GroupBatchSampler(groups=10, group_size=3, batch_groups=4, seed=1)
+    batches = list(sampler)
+    rows = [r for b in batches for r in b]
+    assert sorted(rows) == list(range(30))
+    assert all(
+        len(b) % 3 == 0 and all(b[i] // 3 == b[i + 2] // 3 for i in range(0, len(b), 3)) for b in batches
+    )
+    sampler.set_epoch(1)
+    assert [r for b in sampler for r in b] != rows  # another order next epoch
+    shares = [list(GroupBatchSampler(10, 3, 2, seed=1, rank=r, world_size=2)) for r in (0, 1)]
+    assert len(shares[0]) == len(shares[1])
+    assert not {r for b in shares[0] for r in b} & {r for b in shares[1] for r in b}
+
+
+def test_a_listwise_reranker_trains_learns_and_predicts(tiny_bert, tmp_path):
+    # The positive repeats the query's words; the negatives do not: a ranking it can learn.
+    words = ["red", "blue", "green", "cat", "dog", "bird", "sun", "moon"]
+    lines = []
+    for i in range(8):
+        query = f"{words[i]} {words[(i + 3) % 8]}"
+        lines.append({"query": query, "positive": f"the {query} here", "negative_1": f"a {words[(i + 1) % 8]}",
+                      "negative_2": f"no {words[(i + 5) % 8]} at all"})  # fmt: skip
+    data = write(tmp_path / "mined.jsonl", "".join(json.dumps(r) + "\n" for r in lines))
+    flags = [
+        *FAST_TRAINING,
+        "--num_train_epochs",
+        "30",
+        "--learning_rate",
+        "1e-3",
+        "--per_device_train_batch_size",
+        "4",
+    ]
+    flags += ["--text_column", "query", "--text_pair_column", "positive"]
+    flags += ["--listwise_negatives", "negative_1,negative_2"]
+    out = tmp_path / "run"
+    metrics = run_train("pair", tiny_bert, data, out, *flags, validation=data)
+    assert read_json(out / "encoder_tasks.json")["settings"]["label_names"] == ["0", "1"]
+    assert metrics["eval_calibration_examples"] == 24  # validation scored as 8 x 3 labelled pairs
+    losses = [r["loss"] for r in read_jsonl(out / "log.jsonl") if "loss" in r]
+    assert losses[0] > 0.9 * math.log(3) and sum(losses[-4:]) / 4 < 0.5 * losses[0]
+    # As a reranker: the positive gets the higher probability of "1" for most queries.
+    pairs = [{"query": r["query"], "positive": p} for r in lines for p in (r["positive"], r["negative_1"])]
+    records = run_predict("pair", out, write(tmp_path / "pairs.jsonl", "".join(json.dumps(p) + "\n" for p in pairs)),
+                          tmp_path / "scored.jsonl")  # fmt: skip
+    relevance = [r["probabilities"]["1"] for r in records]
+    assert sum(relevance[2 * i] > relevance[2 * i + 1] for i in range(8)) >= 7
