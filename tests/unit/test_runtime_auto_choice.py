@@ -3,6 +3,7 @@ and a choice timed on a busy machine is used once, not remembered."""
 
 import json
 
+import pytest
 import torch
 from torch import nn
 
@@ -48,6 +49,7 @@ def test_a_choice_timed_on_a_busy_machine_is_not_remembered(monkeypatch, tmp_pat
     assert "not remembered, the machine was busy while timing (load average 9.0 on 2 cores)" in caplog.text
 
 
+@pytest.mark.real_load
 def test_busy_compares_the_load_with_the_cores(monkeypatch):
     monkeypatch.setattr(runtimes.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(runtimes.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
