@@ -156,7 +156,9 @@ def test_format1_model_loads_with_typed_settings(task, tmp_path):
 
 #: Fields ``predict`` writes now that the old code did not (the prediction is the same): a pair
 #: model's records echo the second text since the server and ``predict`` share their records.
-ADDED_FIELDS = {"pair": {"text_pair"}}
+#: Fields predict's records gained after format 1 (the old records lack them): pair's second
+#: text; QA's answer probability (issue 31: every answer says how far to trust it).
+ADDED_FIELDS = {"pair": {"text_pair"}, "qa": {"probability"}}
 
 
 def _old_fields(task: str, records: list[dict]) -> list[dict]:
