@@ -133,6 +133,22 @@ def fit_max_length(data_args, model_args) -> None:
     object.__setattr__(data_args, "max_length", limit)
 
 
+def encoder_width(name_or_path: str, trust_remote_code: bool = False) -> int | None:
+    """The hidden size of the encoder a run starts from (its ``config.json``; a run this
+    toolkit saved keeps its encoder's there), or None where no config says."""
+    from transformers import AutoConfig
+
+    from .backbone import resolve_model_path
+
+    try:
+        config = AutoConfig.from_pretrained(
+            resolve_model_path(name_or_path), trust_remote_code=trust_remote_code
+        )
+    except (OSError, ValueError):
+        return None
+    return getattr(config, "hidden_size", None)
+
+
 def build_training(task: Task, model_args, data_args, task_args, training_args) -> TrainingSetup:
     """Data, settings and the model factory of a training run: shared by train and search."""
     from transformers import set_seed
@@ -141,7 +157,7 @@ def build_training(task: Task, model_args, data_args, task_args, training_args) 
     from .backbone import load_tokenizer
     from .heads import load_starting_encoder
     from .padding_free import configure_padding_free
-    from .training_args import resolve_batch_size
+    from .training_args import resolve_batch_size, resolve_learning_rate
 
     set_seed(training_args.seed)
     # A task may make the model it starts from (MLM --from_scratch) and point model_args at it.
@@ -161,6 +177,13 @@ def build_training(task: Task, model_args, data_args, task_args, training_args) 
         auto_batch=task.auto_batch_size,
         token_budget_refusal=task.trainer_class().token_budget_refusal,
     )
+    if task.narrow_learning_rate is not None:
+        resolve_learning_rate(
+            training_args,
+            task.name,
+            task.narrow_learning_rate,
+            encoder_width(model_args.model_name_or_path, model_args.trust_remote_code),
+        )
 
     def model_init(trial=None):
         encoder = load_starting_encoder(

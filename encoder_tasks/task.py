@@ -87,6 +87,10 @@ class Task:
       only sets the optimiser's noise; not so where batches are each other's negatives, or
       for MLM's packed blocks). Why a task refuses ``--max_tokens_per_batch`` is its trainer's
       ``token_budget_refusal``.
+    - ``narrow_learning_rate``: the peak rate the task's encoder trains at, where the user names
+      none, for an encoder of MiniLM's width (384) or narrower; a wider encoder gets it scaled
+      by 384 / width (BERT-base: half of it), never more (None: the training default, 5e-5).
+      :func:`encoder_tasks.training_args.resolve_learning_rate` applies it.
     """
 
     name: ClassVar[str] = ""
@@ -97,6 +101,7 @@ class Task:
     objectives: ClassVar[tuple[str, ...]] = ("eval_loss",)
     onnx_outputs: ClassVar[Mapping[str, tuple[str, ...]]] = {"logits": ("batch", "sequence")}
     auto_batch_size: ClassVar[bool] = False
+    narrow_learning_rate: ClassVar[float | None] = None
 
     def __repr__(self) -> str:
         return f"<task {self.name}>"

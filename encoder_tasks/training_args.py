@@ -274,6 +274,50 @@ MIN_STEPS = 500
 SMALL_BATCH = 8
 
 
+#: The width ``Task.narrow_learning_rate`` is measured at (MiniLM-L6's hidden size).
+NARROW_WIDTH = 384
+
+
+def width_scaled_rate(rate: float, hidden_size: int) -> float:
+    """``rate`` for an encoder of ``hidden_size``: as given up to :data:`NARROW_WIDTH`, scaled by
+    ``NARROW_WIDTH / hidden_size`` above it (the wider the encoder, the smaller the steps).
+
+    Example:
+        >>> width_scaled_rate(1e-4, 384), width_scaled_rate(1e-4, 768), width_scaled_rate(1e-4, 128)
+        (0.0001, 5e-05, 0.0001)
+    """
+    return rate * min(1.0, NARROW_WIDTH / hidden_size)
+
+
+def resolve_learning_rate(
+    args, task: str, narrow_rate: float | None, hidden_size: int | None
+) -> float | None:
+    """The task's ``narrow_learning_rate`` (width-scaled) where the user named no learning rate
+    (recipe or flag) and the encoder's width is known; the rate set, or None when nothing changed.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> args = SimpleNamespace(learning_rate=5e-5, given_fields=frozenset())
+        >>> resolve_learning_rate(args, "ner", 1e-4, 384), args.learning_rate
+        (0.0001, 0.0001)
+    """
+    given = getattr(args, "given_fields", None)
+    if narrow_rate is None or hidden_size is None or given is None or "learning_rate" in given:
+        return None
+    rate = width_scaled_rate(narrow_rate, hidden_size)
+    if rate == args.learning_rate:
+        return None
+    logger.info(
+        "learning rate %g (not %g): the %s default for an encoder %d wide; --learning_rate chooses",
+        rate,
+        args.learning_rate,
+        task,
+        hidden_size,
+    )
+    args.learning_rate = rate
+    return rate
+
+
 def check_token_budget(args, task: str, refusal: str | None) -> None:
     """Refuse ``--max_tokens_per_batch`` where the task's trainer cannot take one (its
     ``token_budget_refusal`` says why). MLM takes it: its loss is a mean over the masked tokens

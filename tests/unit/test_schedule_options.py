@@ -186,3 +186,23 @@ def test_a_fresh_head_can_have_its_own_rate(task, tiny_bert, tmp_path):
     rate = {n: g["lr"] for g in trainer.create_optimizer().param_groups for n in [id(p) for p in g["params"]]}
     for name, param in model.named_parameters():
         assert rate[id(param)] == pytest.approx(5e-5 if name.startswith("encoder.") else 1e-3), name
+
+
+def test_ner_trains_a_narrow_encoder_at_its_own_rate_unless_told(tiny_bert, tmp_path):
+    """NER's narrow_learning_rate (1e-4 up to MiniLM's width; the tiny encoder is 32 wide)
+    applies where no --learning_rate is given; a given one wins."""
+    from encoder_tasks.training_args import width_scaled_rate
+    from tests.helpers import FAST_TRAINING, read_jsonl, run_train, write
+    from tests.samples import conll
+
+    data = write(tmp_path / "train.conll", conll())
+
+    def peak_rate(out, *flags):
+        run_train("ner", tiny_bert, data, out, *FAST_TRAINING, "--num_train_epochs", "3", *flags)
+        return max(r["learning_rate"] for r in read_jsonl(out / "log.jsonl") if "learning_rate" in r)
+
+    # Linear decay after 10% warm-up, the same steps: the peaks logged differ as the rates do.
+    assert peak_rate(tmp_path / "a") / peak_rate(tmp_path / "b", "--learning_rate", "5e-5") == pytest.approx(
+        2.0
+    )
+    assert width_scaled_rate(1e-4, 768) == pytest.approx(5e-5) and width_scaled_rate(1e-4, 1024) < 5e-5
