@@ -161,9 +161,10 @@ def derived_entry(name: str) -> tuple:
 
 
 def head_tables(rows: list[dict], sets: list[str]) -> dict:
-    """The ``pooling-by-head`` table: per derived set, its head type, both poolings and the
-    paired difference, and whether [CLS] is within the spread of mean pooling; then per head
-    type, on how many sets [CLS] held."""
+    """The ``pooling-by-head`` table: per derived set, its head type, both poolings, the paired
+    difference (same seed, same examples) and two verdicts: the unpaired rule of the first study
+    ([CLS] within the larger std of mean pooling) and the paired one ([CLS] worse or better than
+    mean by more than the paired differences' std); then per head type, how often each held."""
     from benchmarks.tables import plus_minus
 
     table, held = [], {}
@@ -173,27 +174,37 @@ def head_tables(rows: list[dict], sets: list[str]) -> dict:
             continue
         mean, cls = found["mean"], found["cls"]
         ok = cls["mean"] >= mean["mean"] - max(cls["std"], mean["std"])
+        diff, spread = cls["minus_mean_pooling"], cls["paired_std"]
+        if diff is None or spread is None:
+            paired_verdict, paired = "-", "-"
+        else:
+            paired = plus_minus(diff, spread, sign=True)
+            paired_verdict = "cls worse" if diff < -spread else "cls better" if diff > spread else "within"
         head = DERIVED_SETS[name].head
-        held.setdefault(head, []).append(ok)
-        paired = (
-            "-"
-            if cls["paired_std"] is None
-            else plus_minus(cls["minus_mean_pooling"], cls["paired_std"], sign=True)
-        )
+        entry = held.setdefault(head, {"unpaired": 0, "worse": 0, "sets": 0})
+        entry["sets"] += 1
+        entry["unpaired"] += ok
+        entry["worse"] += paired_verdict == "cls worse"
         table.append([
             head.replace("_", " "), name, mean["metric"], plus_minus(mean["mean"], mean["std"]),
-            plus_minus(cls["mean"], cls["std"]), paired, "yes" if ok else "no",
+            plus_minus(cls["mean"], cls["std"]), paired, "yes" if ok else "no", paired_verdict,
         ])  # fmt: skip
-    summary = [[head.replace("_", " "), f"{sum(oks)} of {len(oks)}"] for head, oks in held.items()]
+    summary = [
+        [head.replace("_", " "), f"{e['unpaired']} of {e['sets']}", f"{e['worse']} of {e['sets']}"]
+        for head, e in held.items()
+    ]
     return {
         "pooling-by-head": {
             "columns": ["head", "dataset", "metric", "mean pooling", "[CLS]", "cls - mean (paired)",
-                        "[CLS] within the spread"],
+                        "[CLS] within the unpaired spread", "paired verdict"],
             "rows": table,
-            "notes": "validation splits only; mean ± std over seeds; within the spread: "
-            "mean(cls) >= mean(mean) - the larger std",
+            "notes": "validation splits only; mean ± std over seeds; unpaired: mean(cls) >= mean(mean) - "
+            "the larger std; paired: the mean of the per-seed differences against their std",
         },
-        "pooling-by-head-summary": {"columns": ["head", "[CLS] within the spread on"], "rows": summary},
+        "pooling-by-head-summary": {
+            "columns": ["head", "[CLS] within the unpaired spread on", "[CLS] worse beyond the paired spread on"],
+            "rows": summary,
+        },
     }  # fmt: skip
 
 

@@ -85,5 +85,5 @@ def test_the_per_head_table_says_where_cls_holds():
         row("stsb-news", "cls", 0.69, 0.02, -0.01),
     ]
     tables = bench_pooling.head_tables(rows, ["stsb", "stsb-news"])
-    assert [r[-1] for r in tables["pooling-by-head"]["rows"]] == ["no", "yes"]
-    assert tables["pooling-by-head-summary"]["rows"] == [["regression pair", "1 of 2"]]
+    assert [r[-2:] for r in tables["pooling-by-head"]["rows"]] == [["no", "cls worse"], ["yes", "within"]]
+    assert tables["pooling-by-head-summary"]["rows"] == [["regression pair", "1 of 2", "1 of 2"]]

@@ -141,23 +141,20 @@ def test_without_trust_remote_code_loading_stops_instead_of_guessing(tiny_models
 
 
 def test_the_default_pooling_depends_on_the_head_and_says_what_export_gives(tiny_models, tmp_path):
-    """Chosen by benchmarks/bench_pooling.py --sets (docs/ecosystem.md): mean pooling for regression
-    heads, [CLS] for the others. A [CLS] head exports to the plain stock class; a mean-pooled
-    regression head exports with its modeling file (trust_remote_code=True)."""
+    """Chosen by benchmarks/bench_pooling.py --sets (docs/ecosystem.md): mean pooling for a head
+    that reads a pair of texts, [CLS] for one text. A [CLS] head exports to the plain stock class;
+    a mean-pooled cross-encoder exports with its modeling file (trust_remote_code=True)."""
     from encoder_tasks.tasks.classification import ClassificationArguments
     from encoder_tasks.tasks.classification.args import resolve_pooling
     from encoder_tasks.tasks.pair import PairArguments
 
     assert ClassificationArguments().pooling == PairArguments().pooling == "auto"
-    assert resolve_pooling("auto", "single_label") == resolve_pooling("auto", "multi_label") == "cls"
-    _, _, info, dest = export_head(
-        tiny_models["bert"], tmp_path / "a", pooling=resolve_pooling("auto", "single_label")
-    )
-    assert info["architecture"] == "BertForSequenceClassification"
+    single = resolve_pooling("auto", pair=False)
+    _, _, info, dest = export_head(tiny_models["bert"], tmp_path / "a", pooling=single)
+    assert single == "cls" and info["architecture"] == "BertForSequenceClassification"
     assert not (dest / "modeling_encoder_tasks.py").exists()
-    pooling = resolve_pooling("auto", "regression")
-    assert pooling == "mean"
+    pair = resolve_pooling("auto", pair=True)
     _, _, info, dest = export_head(
-        tiny_models["bert"], tmp_path / "b", "regression", pooling=pooling, task="pair"
+        tiny_models["bert"], tmp_path / "b", "regression", pooling=pair, task="pair"
     )
-    assert (dest / "modeling_encoder_tasks.py").exists() and info.get("trust_remote_code")
+    assert pair == "mean" and (dest / "modeling_encoder_tasks.py").exists() and info.get("trust_remote_code")

@@ -24,25 +24,25 @@ PROBLEM_TYPES = ("auto", "single_label", "multi_label", "regression")
 LONG_TEXT = ("window", "truncate")
 CALIBRATIONS = ("none", "temperature")
 POOLINGS = ("auto", "cls", "mean", "max")
-#: What ``--pooling auto`` pools by head type (problem type), chosen on validation data over four
-#: datasets per head type and three seeds (``benchmarks/bench_pooling.py --sets all``; the table
-#: and the rule in docs/ecosystem.md, "How the default pooling was chosen"); any other head: cls.
-AUTO_POOLING = {"regression": "mean"}
-AUTO_POOLING_OTHERWISE = "cls"
+#: ``--pooling auto``: mean pooling for a head that reads a pair of texts (a cross-encoder), [CLS]
+#: for one that reads one text. Chosen on validation data, four datasets per head type, three
+#: seeds (``benchmarks/bench_pooling.py --sets all``; the table and why in docs/ecosystem.md,
+#: "How the default pooling was chosen").
+AUTO_POOLING = {"pair": "mean", "single": "cls"}
 
 
-def resolve_pooling(pooling: str, problem_type: str) -> str:
-    """The pooling a head of ``problem_type`` gets for ``--pooling`` (``auto``: by head type).
+def resolve_pooling(pooling: str, pair: bool) -> str:
+    """The pooling a head gets for ``--pooling`` (``auto``: by whether it reads a text pair).
 
     Example:
-        >>> resolve_pooling("auto", "regression"), resolve_pooling("auto", "single_label")
+        >>> resolve_pooling("auto", pair=True), resolve_pooling("auto", pair=False)
         ('mean', 'cls')
-        >>> resolve_pooling("max", "regression")
+        >>> resolve_pooling("max", pair=True)
         'max'
     """
     if pooling != "auto":
         return pooling
-    return AUTO_POOLING.get(problem_type, AUTO_POOLING_OTHERWISE)
+    return AUTO_POOLING["pair" if pair else "single"]
 
 
 @dataclass
@@ -74,7 +74,7 @@ class ClassificationArguments:
     pooling: str = field(
         default="auto",
         metadata={
-            "help": "Sequence pooling: auto (default: mean for regression heads, cls for the others), cls (the "
+            "help": "Sequence pooling: auto (default: mean for a pair of texts, cls for one text), cls (the "
             "first token; exports as the plain stock AutoModelForSequenceClassification), mean or max (export "
             "with a modeling file: trust_remote_code=True). Chosen per head type on validation data "
             "(docs/ecosystem.md)."

@@ -82,9 +82,11 @@ def new_settings(split: Split, task_args: ClassificationArguments, data_args) ->
                 f"{split.source}: column {label_col!r} holds a single label {label_names}; classification "
                 "needs at least two (use --problem_type regression for scores)"
             )
-    pooling = resolve_pooling(task_args.pooling, problem_type)
+    pair = resolve_column(split, task_args.text_pair_column, "text_pair") is not None
+    pooling = resolve_pooling(task_args.pooling, pair)
     if task_args.pooling == "auto":
-        logger.info("pooling %s (--pooling auto, a %s head; --pooling chooses)", pooling, problem_type)
+        reads = "a pair of texts" if pair else "one text"
+        logger.info("pooling %s (--pooling auto: the head reads %s; --pooling chooses)", pooling, reads)
     return ClassificationSettings(
         problem_type=problem_type,
         label_names=label_names,
