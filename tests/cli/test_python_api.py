@@ -27,7 +27,10 @@ FAST = {
 #: The settings tests/runs.py gives each task's CLI run, beyond FAST.
 TASK_SETTINGS = {
     "classification": {},
-    "pair": {"column_names": "genre,source,year,id,score,sentence1,sentence2"},
+    "pair": {
+        "column_names": "genre,source,year,id,score,sentence1,sentence2",
+        "pooling": "cls",
+    },  # as tests/runs.py trains it
     "ner": {"crf": True},
     "qa": {
         "per_device_eval_batch_size": 3,
