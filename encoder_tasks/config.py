@@ -256,9 +256,9 @@ class PredictArguments:
 
     def read_input(self, reader=None):
         """Read ``input_file`` with this command's table settings (``reader`` for task formats)."""
-        from .data import read_file
+        from .data import name_list, read_file
 
-        names = [c.strip() for c in self.column_names.split(",")] if self.column_names else None
+        names = name_list(self.column_names) or None
         return (reader or read_file)(self.input_file, self.delimiter, names, self.encoding)
 
     def read_input_chunks(self, reader=None, streamed=None):
@@ -266,9 +266,10 @@ class PredictArguments:
         ``predict`` goes (:func:`encoder_tasks.data.chunks.read_chunks`: JSON lines and CSV/TSV
         line by line; ``reader``'s formats whole; ``streamed``: the suffixes streamed although
         ``reader`` is given, where it reads them as the generic reader does)."""
+        from .data import name_list
         from .data.chunks import STREAMED_SUFFIXES, read_chunks
 
-        names = [c.strip() for c in self.column_names.split(",")] if self.column_names else None
+        names = name_list(self.column_names) or None
         if streamed is None:
             streamed = STREAMED_SUFFIXES if reader is None else ()
         return read_chunks(

@@ -6,6 +6,19 @@ from __future__ import annotations
 from .readers import LINE_COLUMN
 
 
+def name_list(spec: str | None) -> list[str]:
+    """A comma-separated flag (``--column_names``, ``--negative_columns``...) as its names, blanks
+    dropped; ``[]`` for none.
+
+    Example:
+        >>> name_list(" negative_1, negative_2,")
+        ['negative_1', 'negative_2']
+        >>> name_list(None)
+        []
+    """
+    return [name.strip() for name in (spec or "").split(",") if name.strip()]
+
+
 def resolve_column(split, spec: str | None, what: str, required: bool = True, flag: str | None = None):
     """The first of ``a|b|c`` present in ``split``; ``None`` for no spec (or an absent optional one).
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from .columns import name_list
 from .readers import LINE_COLUMN, read_file
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def load_splits(data_args, reader=read_file, required=("train",)) -> dict[str, S
         "test": (data_args.test_file, data_args.test_split),
     }
     splits: dict[str, Split] = {}
-    column_names = [c.strip() for c in data_args.column_names.split(",")] if data_args.column_names else None
+    column_names = name_list(data_args.column_names) or None
     for name, (file, hub_split) in wanted.items():
         if file:
             path = resolve_data_path(file, data_args.data_dir)

@@ -35,6 +35,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from ..data import name_list
 from ..errors import UserError
 from ..settings import given_fields
 from .ray_files import Inputs, plan_inputs
@@ -161,7 +162,7 @@ def _dataset(ray, task, args, settings, inputs: Inputs, ids: bool):
         return ray.data.from_arrow([table.slice(i, step) for i in range(0, table.num_rows, step)])
     from .ray_files import plain_files_datasource
 
-    names = [c.strip() for c in args.column_names.split(",")] if args.column_names else None
+    names = name_list(args.column_names) or None
     files = {absolute: (shown, fmt) for absolute, shown, fmt in inputs.files}
     source = plain_files_datasource(files, args.delimiter, names, args.encoding, args.ray_batch_size)
     rows = ray.data.read_datasource(source, num_cpus=READ_CPUS)

@@ -58,8 +58,10 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0(task_runs):
             stop_process(process)
     draining = int(out.split("serve: SIGTERM received; draining ")[1].split(" ")[0])
     # Every request the server held when the signal came is answered 200 (with 8 received first,
-    # all of them); none gets an error status.
-    assert codes.count(200) >= draining and set(codes) <= {200, "refused"}, (codes, draining, err)
+    # all of them); none gets an error status. The count may include the last /metrics poll: its
+    # answer reaches the client a moment before the server counts it done.
+    assert codes.count(200) >= min(draining, len(answers)), (codes, draining, err)
+    assert set(codes) <= {200, "refused"}, (codes, draining, err)
     assert process.returncode == 0, err
     assert "serve: SIGTERM received; draining" in out, out
     assert draining >= 2, out  # the signal did arrive with requests in flight

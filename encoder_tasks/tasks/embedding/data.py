@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ...data import LINE_COLUMN, Split, column_texts, resolve_column
+from ...data import LINE_COLUMN, Split, column_texts, name_list, resolve_column
 from ...errors import UserError
 from ...task import Prepared
 from .args import SCORED_LOSSES, EmbeddingSettings, parse_dims, score_spec
@@ -35,11 +35,6 @@ def _scores(split: Split, column: str) -> list[float]:
     return values
 
 
-def negative_columns(spec: str | None) -> list[str]:
-    """``--negative_columns "neg1, neg2"`` as a list of names."""
-    return [c.strip() for c in spec.split(",") if c.strip()] if spec else []
-
-
 def read_pairs(split: Split, columns, need_scores: bool = False) -> dict[str, Any]:
     """Texts, optional hard negatives and optional scores of a split, validated.
 
@@ -49,7 +44,7 @@ def read_pairs(split: Split, columns, need_scores: bool = False) -> dict[str, An
     positives = column_texts(split, resolve_column(split, columns.text_pair_column, "text_pair"))
     negatives = [
         column_texts(split, resolve_column(split, name, "negative", flag="--negative_columns"))
-        for name in negative_columns(columns.negative_columns)
+        for name in name_list(columns.negative_columns)
     ]
     spec = score_spec(columns.score_column)
     score_col = resolve_column(split, spec, "score", required=need_scores)
@@ -178,7 +173,7 @@ def prepare(splits, tokenizer, task_args, data_args, saved: EmbeddingSettings | 
     if evaluation is not None:
         eval_dataset, mode = _evaluation_rows(evaluation, settings)
         settings = settings.replace(evaluation_mode=mode)
-    num_negatives = len(negative_columns(settings.negative_columns))
+    num_negatives = len(name_list(settings.negative_columns))
     return Prepared(
         train=train_dataset,
         eval=eval_dataset,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...data import name_list
 from ...data.loading import Split
 from ...errors import UserError
 from ...predict import load_for_prediction, run_batches, stream_predictions
@@ -241,7 +242,7 @@ def input_chunks(args: NerPredictArguments, settings: NerSettings, rows: int | N
     spec = args.tokens_column
     prefix = settings.token_prefix
     if fmt in ("conll", "tokens") and suffix not in RECORD_SUFFIXES:
-        names = [c.strip() for c in args.column_names.split(",")] if args.column_names else None
+        names = name_list(args.column_names) or None
         sentences = stream_conll(path, args.delimiter, names, args.encoding)
         first = 0
         while block := list(itertools.islice(sentences, rows)):

@@ -43,9 +43,10 @@ class PairTask(ClassificationTask):
         """``--listwise_negatives``: each (query, positive, negatives) row becomes its labelled
         pairs, in groups (:func:`.listwise.expand_groups`), after ``--max_*_samples`` picked
         the rows (so they count queries)."""
-        from .listwise import expand_groups, negative_columns
+        from ...data import name_list
+        from .listwise import expand_groups
 
-        columns = negative_columns(getattr(task_args, "listwise_negatives", None))
+        columns = name_list(getattr(task_args, "listwise_negatives", None))
         if columns:
             splits = {
                 name: expand_groups(split, task_args.text_column, task_args.text_pair_column, columns)

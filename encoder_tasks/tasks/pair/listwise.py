@@ -28,8 +28,7 @@ import logging
 import datasets
 import torch
 
-from ...data import Split, resolve_column
-from ...data.columns import column_texts
+from ...data import Split, column_texts, name_list, resolve_column
 from ...errors import UserError
 from ...sampling import GroupBatchSampler
 from ...trainer import EncoderTaskTrainer
@@ -38,11 +37,6 @@ logger = logging.getLogger(__name__)
 
 #: The label names a listwise reranker is saved with: relevance is P("1").
 LABELS = ("0", "1")
-
-
-def negative_columns(spec: str | None) -> list[str]:
-    """``--listwise_negatives`` as a list of column names (empty: pointwise training)."""
-    return [c.strip() for c in (spec or "").split(",") if c.strip()]
 
 
 def expand_groups(split: Split, text_spec: str, pair_spec: str, negatives: list[str]) -> Split:
@@ -85,7 +79,7 @@ class PairTrainer(EncoderTaskTrainer):
 
     @property
     def group_size(self) -> int | None:
-        columns = negative_columns(getattr(self.task_args, "listwise_negatives", None))
+        columns = name_list(getattr(self.task_args, "listwise_negatives", None))
         return 1 + len(columns) if columns else None
 
     def get_train_dataloader(self):
