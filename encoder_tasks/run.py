@@ -49,14 +49,25 @@ def log_metrics(title: str, metrics: dict) -> None:
 
 
 # ---- data -------------------------------------------------------------------------------------
-def load_task_splits(task: Task, data_args, task_args, required: tuple[str, ...], seed: int) -> dict:
-    """Read the task's splits, let the task derive more, then apply ``--max_*_samples``."""
+def load_task_splits(
+    task: Task, data_args, task_args, required: tuple[str, ...], seed: int, holdout: float | None = None
+) -> dict:
+    """Read the task's splits, let the task derive more, hold out a validation split where
+    ``holdout`` asks for one and none is given, then apply ``--max_*_samples``."""
     from .data import Split, load_splits
 
     splits = load_splits(data_args, reader=task.read_split, required=required)
     # Derived before any subsetting (QA holds out whole articles of the training file).
     splits = task.derive_splits(splits, task_args)
     out = dict(splits)
+    if holdout and out.get("validation") is None and out.get("train") is not None:
+        out["train"], out["validation"] = task.hold_out(out["train"], holdout, task_args)
+        logger.info(
+            "no validation data: %d of %s's rows held out to evaluate on (--holdout_fraction %g)",
+            len(out["validation"].dataset),
+            out["train"].source,
+            holdout,
+        )
     limits = {"train": (data_args.max_train_samples, True), "validation": (data_args.max_eval_samples, False)}
     for name, (limit, shuffle) in limits.items():
         split = out.get(name)
@@ -98,6 +109,7 @@ def make_trainer(
         callbacks=list(callbacks),
         task_settings=prepared.settings,
         task_args=task_args,
+        objectives=task.objectives,
     )
 
 
@@ -167,8 +179,14 @@ def build_training(task: Task, model_args, data_args, task_args, training_args) 
         trust_remote_code=model_args.trust_remote_code,
     )
     fit_max_length(data_args, model_args)
-    splits = load_task_splits(task, data_args, task_args, ("train",), training_args.seed)
+    # --early_stopping_patience evaluates during training: on data held out when none is given.
+    holdout = (
+        training_args.holdout_fraction if getattr(training_args, "early_stopping_patience", None) else None
+    )
+    splits = load_task_splits(task, data_args, task_args, ("train",), training_args.seed, holdout)
     prepared = task.prepare(splits, tokenizer, task_args, data_args)
+    if holdout and prepared.eval is None:
+        raise UserError(f"--early_stopping_patience: the {task.name} task has no evaluation data to watch")
     prepared.settings = prepared.settings.replace(base_model=model_args.model_name_or_path)
     resolve_batch_size(  # --auto_batch_size
         training_args,
@@ -266,6 +284,8 @@ def train(task_name: str | Task, model_args, data_args, task_args, training_args
     tokens = trainer.state.num_input_tokens_seen
     if tokens and result.metrics.get("train_runtime"):
         metrics["train_real_tokens_per_second"] = tokens / result.metrics["train_runtime"]
+    if trainer.early_stopping is not None:
+        metrics.update(trainer.early_stopping.summary())
     extra = task.after_training(trainer, prepared, task_args)
     # The task may have tuned its settings (thresholds): the model and trainer save those,
     # and the model keeps the record of its LoRA adapters (merged below).

@@ -118,6 +118,14 @@ class Task:
         """Derive splits from the loaded ones, before any subsetting (QA holds out articles)."""
         return splits
 
+    def hold_out(self, train: Split, fraction: float, task_args) -> tuple[Split, Split]:
+        """``(kept, held)``: a validation split held out of ``train`` where a run needs one and
+        none is given (``--early_stopping_patience``); rows by default, a task whose rows share
+        a source overrides it (QA: whole articles)."""
+        from .data.holdout import hold_out
+
+        return hold_out(train, fraction)
+
     def prepare(
         self, splits: dict[str, Split], tokenizer, task_args, data_args, saved: TaskSettings | None = None
     ) -> Prepared:

@@ -17,7 +17,9 @@ It overrides only what differs from the stock Trainer:
 - a NaN/inf training loss stops the run at once with a clear message (last good checkpoint kept);
 - the schedule options: ``--layer_lr_decay`` (a rate per layer: :meth:`learning_rate_of`,
   :mod:`encoder_tasks.encoder_layers`), ``--reinit_layers``, ``--average_weights_from``
-  (:mod:`encoder_tasks.weight_averaging`) and ``--time_budget`` (:mod:`encoder_tasks.time_budget`).
+  (:mod:`encoder_tasks.weight_averaging`) and ``--time_budget`` (:mod:`encoder_tasks.time_budget`);
+- ``--early_stopping_patience``: the best evaluation's weights kept, training stopped once it
+  stops improving (:mod:`encoder_tasks.early_stopping`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints, seed_worker
 
 from . import checkpoints
+from .early_stopping import EarlyStopping
 from .encoder_layers import parameter_depths, reinit_top_layers
 from .errors import UserError
 from .heads import EncoderWithHead
@@ -91,7 +94,7 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
     #: Why this trainer cannot take ``--max_tokens_per_batch`` (``None``: it can).
     token_budget_refusal: str | None = None
 
-    def __init__(self, *args, task_settings=None, task_args=None, **kwargs):
+    def __init__(self, *args, task_settings=None, task_args=None, objectives=(), **kwargs):
         super().__init__(*args, **kwargs)
         #: The task's saved settings (:class:`~encoder_tasks.task.TaskSettings`) and its flags:
         #: task trainers read their options here, not from the model.
@@ -116,6 +119,22 @@ class EncoderTaskTrainer(LengthSortedEvalMixin, Trainer):
             self.add_callback(
                 WeightAverage(self.args.average_weights_from, progress, model_of=self._own_model)
             )
+        #: ``--early_stopping_patience``'s rule (``None``: off); ``objectives``: the task's metrics.
+        self.early_stopping: EarlyStopping | None = None
+        if getattr(self.args, "early_stopping_patience", None):
+            self.early_stopping = EarlyStopping(
+                self.args.early_stopping_patience,
+                objectives,
+                metric=self.args.metric_for_best_model,
+                greater_is_better=self.args.greater_is_better if self.args.metric_for_best_model else None,
+                evaluations_per_epoch=(
+                    self.args.evaluations_per_epoch
+                    if getattr(self.args, "evaluation_interval_auto", False)
+                    else None
+                ),
+                model_of=self._own_model,
+            )
+            self.add_callback(self.early_stopping)
         if getattr(self.args, "max_tokens_per_batch", None):
             model = (
                 self.accelerator.unwrap_model(self.model, keep_torch_compile=False) if self.model else None

@@ -110,6 +110,29 @@ class EncoderTrainingArguments(TrainingArguments):
             "run gets a fresh budget. Default: off."
         },
     )
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "Evaluate during training (--evaluations_per_epoch), keep the weights of the best evaluation "
+            "(--metric_for_best_model, default: the task's own metric) and stop after N evaluations in a row "
+            "without a better one. Without validation data, --holdout_fraction of the training rows is held "
+            "out to evaluate on. Default: off (train to the end, keep the last weights)."
+        },
+    )
+    evaluations_per_epoch: int = field(
+        default=4,
+        metadata={
+            "help": "With --early_stopping_patience: evaluations per epoch (an explicit --eval_strategy and "
+            "--eval_steps are kept instead). Default 4."
+        },
+    )
+    holdout_fraction: float = field(
+        default=0.1,
+        metadata={
+            "help": "With --early_stopping_patience and no validation data: the share of training rows held out "
+            "to evaluate on (the same rows in every run; QA: whole articles). Default 0.1."
+        },
+    )
     per_device_train_batch_size: int = field(
         # 16, not 32: on small data sets (1-2k examples) 32 leaves too few optimiser steps
         # (SST-2, 1,000 sentences, 1 epoch: 0.63 accuracy at 32, 0.73 at 16; STS-B pairs
@@ -224,6 +247,7 @@ class EncoderTrainingArguments(TrainingArguments):
 
     def _check_schedule_options(self) -> None:
         """Refuse values of the schedule options that cannot work, before a model loads."""
+        from .early_stopping import check_patience
         from .errors import UserError
         from .time_budget import parse_duration
         from .weight_averaging import check_start
@@ -237,6 +261,22 @@ class EncoderTrainingArguments(TrainingArguments):
             raise UserError(
                 "--average_weights_from and --load_best_model_at_end each choose the weights kept: use one"
             )
+        check_patience(self.early_stopping_patience, self.evaluations_per_epoch, self.holdout_fraction)
+        if self.early_stopping_patience is not None:
+            for flag, value in (
+                ("--load_best_model_at_end", self.load_best_model_at_end),
+                ("--average_weights_from", self.average_weights_from is not None),
+            ):
+                if value:
+                    raise UserError(
+                        f"--early_stopping_patience and {flag} each choose the weights kept: use one"
+                    )
+            #: Whether the evaluation interval is ours to set (EarlyStopping does at train begin).
+            self.evaluation_interval_auto = (
+                str(getattr(self.eval_strategy, "value", self.eval_strategy)) == "no"
+            )
+            if self.evaluation_interval_auto:
+                self.eval_strategy = "steps"
         if self.time_budget is not None:
             parse_duration(self.time_budget)
             if (self.max_steps or 0) > 0:

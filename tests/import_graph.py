@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "backbone", "heads", "config", "parsing", "training_args", "trainer", "sampling", "predict", "precision",
             "runtimes", "export", "quantization", "distillation", "reporting.plots", "encoder_layers",
-            "time_budget", "weight_averaging",
+            "time_budget", "weight_averaging", "early_stopping",
             "reporting.run_report",
         ),
     ),

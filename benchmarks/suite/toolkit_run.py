@@ -209,16 +209,26 @@ def evaluate_toolkit(
     return {"metrics": metrics, "seconds": metrics["eval_runtime"]}
 
 
-def suite_flags(files: dict[str, Path], epochs: float, *task_flags: str) -> list[str]:
-    """The flags a suite's toolkit run starts with: MiniLM, the ``train`` and ``validation``
-    split files, the task's own ``task_flags`` (columns, max length...), then the epochs."""
+#: A benchmark-only flag for a variant (``--variant "toolkit-es=--early_stopping_patience 2
+#: --bench_without_validation"``): the run trains as a user with no validation data would (the
+#: toolkit holds its own out where a flag needs one), and the validation file is scored apart,
+#: as the test file is, so the variant's validation score is not the data it chose weights on.
+WITHOUT_VALIDATION = "--bench_without_validation"
+
+
+def suite_flags(
+    files: dict[str, Path], epochs: float, *task_flags: str, validation: bool = True
+) -> list[str]:
+    """The flags a suite's toolkit run starts with: MiniLM, the ``train`` and (unless not
+    ``validation``) ``validation`` split files, the task's own ``task_flags`` (columns, max
+    length...), then the epochs."""
+    given = ["--validation_file", str(files["validation"])] if validation else []
     return [
         "--model_name_or_path",
         MINILM,
         "--train_file",
         str(files["train"]),
-        "--validation_file",
-        str(files["validation"]),
+        *given,
         *task_flags,
         "--num_train_epochs",
         str(epochs),
@@ -242,8 +252,17 @@ def toolkit_contender(
     Returns ``(training, test)``: what :func:`train_toolkit` and :func:`evaluate_toolkit` return.
     """
     model_dir = run_dir / "model"
-    flags = suite_flags(files, epochs, *task_flags)
+    without_validation = WITHOUT_VALIDATION in extra_flags
+    extra_flags = [flag for flag in extra_flags if flag != WITHOUT_VALIDATION]
+    flags = suite_flags(files, epochs, *task_flags, validation=not without_validation)
     training = train_toolkit(task, flags, seed, model_dir, toolkit_batch_size(contender), extra_flags)
+    if without_validation:
+        # The final evaluation was on rows the toolkit held out of training (if any): the suite's
+        # validation score is the saved model's on the validation file, as for test.
+        scored = evaluate_toolkit(task, model_dir, files["validation"], seed)["metrics"]
+        kept = {k: v for k, v in training["metrics"].items() if not k.startswith("eval_")}
+        held = {f"holdout_{k}": v for k, v in training["metrics"].items() if k.startswith("eval_")}
+        training["metrics"] = {**kept, **held, **{k: v for k, v in scored.items() if k.startswith("eval_")}}
     return training, evaluate_toolkit(task, model_dir, files["test"], seed)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 
 from ...data import Split, resolve_column
+from ...data.holdout import hold_out
 from ...task import Prepared, TaskSettings
 from .args import MLMArguments, MLMSettings, masking_mode
 from .masking import MaskingCollator, has_cjk, load_segmenter
@@ -26,16 +27,6 @@ from .metrics import compute_metrics
 from .text import make_blocks
 
 logger = logging.getLogger(__name__)
-
-#: Seed of the held-out split (``--validation_fraction``): the same documents in every run.
-HOLD_OUT_SEED = 42
-
-
-def hold_out(train: Split, fraction: float) -> tuple[Split, Split]:
-    """Split ``fraction`` of the training documents off as the validation set."""
-    parts = train.dataset.train_test_split(test_size=fraction, seed=HOLD_OUT_SEED, shuffle=True)
-    evaluation = Split("validation", f"{train.source} (held-out {fraction:.0%})", parts["test"])
-    return Split(train.name, train.source, parts["train"]), evaluation
 
 
 def _warn_about_chinese(split: Split, column: str) -> None:

@@ -51,6 +51,11 @@ class QATask(Task):
 
         return derive_splits(splits, task_args)
 
+    def hold_out(self, train, fraction, task_args):
+        from .data import hold_out_articles
+
+        return hold_out_articles(train, fraction, task_args)
+
     def prepare(self, splits, tokenizer, task_args, data_args, saved=None):
         from .data import prepare
 

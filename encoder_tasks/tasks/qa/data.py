@@ -122,6 +122,35 @@ def derive_splits(splits: dict[str, Split], task_args: QAArguments) -> dict[str,
     return out
 
 
+def hold_out_articles(train: Split, fraction: float, task_args: QAArguments) -> tuple[Split, Split]:
+    """A validation split of whole articles (questions on one passage are never on both sides);
+    by context passage where the file has no ``title`` column or one title for every row."""
+    from ...data.holdout import HOLD_OUT_SEED
+
+    dataset = train.dataset
+    # By article where the file names at least two, else by passage (one title for a whole file).
+    titled = "title" in dataset.column_names and len(set(dataset["title"])) > 1
+    column = "title" if titled else task_args.context_column
+    kept, held = split_by_article(
+        dataset,
+        fraction,
+        HOLD_OUT_SEED,
+        title_column=column,
+        flag="--early_stopping_patience (holding out validation data)",
+    )
+    logger.info(
+        "%s: %d questions from %d held-out %s to evaluate on",
+        train.source,
+        len(held),
+        len(set(held[column])),
+        "articles" if column == "title" else "passages",
+    )
+    return (
+        Split("train", train.source, kept),
+        Split("validation", f"{train.source} (held-out {fraction:.0%} by {column})", held),
+    )
+
+
 def make_settings(
     task_args: QAArguments, data_args, tokenizer, examples: Examples, saved: QASettings | None = None
 ) -> QASettings:

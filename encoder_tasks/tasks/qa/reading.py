@@ -282,7 +282,13 @@ def _nearest_occurrence(context: str, text: str, start: int) -> int | None:
 
 
 # ---- splitting by article --------------------------------------------------------------------
-def split_by_article(dataset, fraction: float, seed: int = 42, title_column: str = "title"):
+def split_by_article(
+    dataset,
+    fraction: float,
+    seed: int = 42,
+    title_column: str = "title",
+    flag: str = "--eval_split_by_article",
+):
     """Split a dataset into (train, eval) with no article in both; ``fraction`` of articles to eval.
 
     Articles are ordered by title, shuffled with ``seed``, and the first
@@ -297,15 +303,15 @@ def split_by_article(dataset, fraction: float, seed: int = 42, title_column: str
         ([], 4)
     """
     if not 0.0 < fraction < 1.0:
-        raise UserError(f"--eval_split_by_article must be a fraction between 0 and 1, found {fraction}")
+        raise UserError(f"{flag} must be a fraction between 0 and 1, found {fraction}")
     if title_column not in dataset.column_names:
         raise UserError(
-            f"--eval_split_by_article needs a {title_column!r} column (article titles); found {dataset.column_names}"
+            f"{flag} needs a {title_column!r} column (article titles); found {dataset.column_names}"
         )
     titles = sorted({str(t) for t in dataset[title_column]})
     if len(titles) < 2:
         raise UserError(
-            f"--eval_split_by_article: the data holds {len(titles)} article; at least 2 are needed"
+            f"{flag}: the data holds {len(titles)} article(s) ({title_column!r}); at least 2 are needed"
         )
     random.Random(seed).shuffle(titles)
     n_eval = min(len(titles) - 1, max(1, math.ceil(fraction * len(titles))))
