@@ -12,7 +12,8 @@ saved model and everything after it use them; the log and ``metrics.json`` say w
 are from (``train_best_step``) and whether training stopped early.
 
 Unlike transformers' ``load_best_model_at_end`` it needs no checkpoint per evaluation and works
-with ``--time_budget`` and search trials.
+with ``--time_budget`` and search trials. The best weights live in memory only, so a run
+continued with ``--resume`` starts watching afresh from the step it resumes at.
 
 Example:
     >>> import logging, torch
