@@ -563,7 +563,11 @@ def main() -> None:
     seeds = list(range(42, 42 + (args.seeds or size["seeds"])))
     work = Path(args.work or f"/tmp/bench-retrieval-{args.size}")
     if args.phase == "rerank-variants":
-        names = list(RERANK_VARIANTS) if args.variants == "all" else [n.strip() for n in args.variants.split(";") if n.strip()]
+        names = (
+            list(RERANK_VARIANTS)
+            if args.variants == "all"
+            else [n.strip() for n in args.variants.split(";") if n.strip()]
+        )
         unknown = sorted(set(names) - set(RERANK_VARIANTS))
         if unknown:
             parser.error(f"--variants: unknown {unknown}; expected names from {list(RERANK_VARIANTS)}")
