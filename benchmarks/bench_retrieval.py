@@ -319,6 +319,14 @@ RERANK_VARIANTS = {
         "--per_device_train_batch_size",
         "8",
     ],
+    LISTWISE + " x 3 epochs": [
+        "--listwise_negatives",
+        "negative_1,negative_2,negative_3",
+        "--per_device_train_batch_size",
+        "8",
+        "--num_train_epochs",
+        "3",
+    ],
 }
 
 
@@ -363,7 +371,7 @@ def rerank_variants(work: Path, size: dict, names: list[str], lang: str = "en", 
 
         def evaluate(out=out, flags=flags, name=name):
             data = labelled
-            if name == LISTWISE:  # the second mining round, by the fine-tuned model
+            if "--listwise_negatives" in flags:  # the second mining round, by the fine-tuned model
                 data = mine(str(hard), folder, size, "n-tuple", 3, out=run / "mined-round2-n-tuple-3.jsonl")
             train_reranker(out, data, size, seed, *flags)
             return {k: rerank_scores(str(out), splits["validation"], val_ranked["dim384"], rel, k)
