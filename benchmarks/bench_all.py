@@ -76,8 +76,6 @@ SUMMARISED = (
 #: Targets of issue 15: speed ratios the toolkit must reach.
 SAME_BATCH_TARGET = 1.3  # toolkit-same-batch / stock-tuned
 DEFAULTS_TARGET = 2.0  # toolkit / stock
-#: Metrics where lower is better (any other: higher is better).
-LOWER_IS_BETTER = ("perplexity", "loss")
 LOG_TAIL = 4000
 
 
@@ -195,7 +193,9 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def lower_is_better(metric_name) -> bool:
-    return any(word in str(metric_name) for word in LOWER_IS_BETTER)
+    from encoder_tasks.metrics import lower_is_better as by_name  # the toolkit's own rule
+
+    return by_name(str(metric_name))
 
 
 def sweep_choice(runs: list[dict], task: str, seed: int) -> str | None:

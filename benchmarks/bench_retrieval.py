@@ -356,6 +356,14 @@ def train_reranker(out: Path, labelled: Path, size: dict, seed: int, *flags) -> 
     return out
 
 
+def reranker_data(flags: list[str], labelled: Path, hard: Path, folder: Path, run: Path, size: dict) -> Path:
+    """What a reranker with ``flags`` trains on: the base model's labelled pairs, or for a listwise
+    one a second mining round, 3 negatives per query by the fine-tuned bi-encoder ``hard``."""
+    if "--listwise_negatives" not in flags:
+        return labelled
+    return mine(str(hard), folder, size, "n-tuple", 3, out=run / "mined-round2-n-tuple-3.jsonl")
+
+
 def rerank_variants(work: Path, size: dict, names: list[str], lang: str = "en", seed: int = 42) -> dict:
     splits = build_splits(lang, size, work)
     folder, run = work / lang, work / lang / f"seed{seed}"
@@ -370,10 +378,7 @@ def rerank_variants(work: Path, size: dict, names: list[str], lang: str = "en", 
         out = run / reranker_folder(name)
 
         def evaluate(out=out, flags=flags, name=name):
-            data = labelled
-            if "--listwise_negatives" in flags:  # the second mining round, by the fine-tuned model
-                data = mine(str(hard), folder, size, "n-tuple", 3, out=run / "mined-round2-n-tuple-3.jsonl")
-            train_reranker(out, data, size, seed, *flags)
+            train_reranker(out, reranker_data(flags, labelled, hard, folder, run, size), size, seed, *flags)
             return {k: rerank_scores(str(out), splits["validation"], val_ranked["dim384"], rel, k)
                     for k in size["rerank_k"]}  # fmt: skip
 
@@ -401,9 +406,9 @@ def rerank_test(work: Path, size: dict, seeds: list[int], variant: str, lang: st
     for seed in seeds:
         run = folder / f"seed{seed}"
         hard = train_embedding(run / "hardneg", mined, size, seed, "--negative_columns", "negative_1")
-        reranker = train_reranker(
-            run / reranker_folder(variant), labelled, size, seed, *RERANK_VARIANTS[variant]
-        )
+        flags = RERANK_VARIANTS[variant]
+        data = reranker_data(flags, labelled, hard, folder, run, size)
+        reranker = train_reranker(run / reranker_folder(variant), data, size, seed, *flags)
         rows = dict(cached(run / "hardneg-test.json",
                            lambda hard=hard: {"hardneg": scores(*first(ranked(str(hard), splits["test"], size), "dim384"))}))  # fmt: skip
         rows.update(cached(reranker.with_name(reranker.name + "-test.json"),

@@ -43,11 +43,9 @@ import torch
 from transformers import TrainerCallback
 
 from .errors import UserError
+from .metrics import lower_is_better
 
 logger = logging.getLogger(__name__)
-
-#: Metric names where lower is better (transformers' own rule for ``greater_is_better``).
-LOWER_IS_BETTER = ("loss",)
 
 
 def check_patience(patience: int | None, evaluations_per_epoch: int, holdout_fraction: float) -> None:
@@ -116,7 +114,7 @@ class EarlyStopping(TrainerCallback):
             return True
         higher = self.greater_is_better
         if higher is None:
-            higher = not any(word in metric for word in LOWER_IS_BETTER)
+            higher = not lower_is_better(metric)
         return value > self.best if higher else value < self.best
 
     def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):

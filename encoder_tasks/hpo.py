@@ -31,6 +31,7 @@ from pathlib import Path
 
 from .data.writers import write_json
 from .errors import UserError
+from .metrics import lower_is_better
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,6 @@ OBJECTIVES = (
     "eval_perplexity",
     "eval_loss",
 )
-LOWER_IS_BETTER = ("loss", "perplexity", "mse", "mae", "rmse", "error")
 
 
 @dataclass
@@ -171,7 +171,7 @@ def pick_metric(metrics: dict, wanted: str | None) -> str:
 def direction_for(metric: str, wanted: str | None) -> str:
     if wanted:
         return wanted
-    return "minimize" if any(word in metric for word in LOWER_IS_BETTER) else "maximize"
+    return "minimize" if lower_is_better(metric) else "maximize"
 
 
 def search(task_name: str, model_args, data_args, task_args, training_args, search_args) -> dict:

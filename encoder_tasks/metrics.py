@@ -10,6 +10,20 @@ from __future__ import annotations
 
 import numpy as np
 
+#: Words in a metric's name that mean lower is better (a loss, an error, a perplexity).
+LOWER_IS_BETTER = ("loss", "perplexity", "mse", "mae", "rmse", "error")
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether a smaller ``metric`` is the better one, by its name (the rule early stopping and
+    ``search`` share; transformers' own ``greater_is_better`` knows "loss" only).
+
+    Example:
+        >>> lower_is_better("eval_loss"), lower_is_better("eval_perplexity"), lower_is_better("eval_f1")
+        (True, True, False)
+    """
+    return any(word in metric for word in LOWER_IS_BETTER)
+
 
 def classification_metrics(predictions, references, label_names: list[str]) -> dict:
     """Accuracy, macro/micro F1 and a per-class report for single-label classification.

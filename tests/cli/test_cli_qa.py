@@ -72,7 +72,7 @@ def test_v2_train_by_article_split_and_single_question(tiny_bert, tmp_path, caps
     out = tmp_path / "run"
     metrics = run_train("qa", tiny_bert, train, out, "--eval_split_by_article", "0.3", *FAST_QA)
     printed = capsys.readouterr().out
-    assert "12 questions to train on, 6 from 2 held-out articles" in printed
+    assert "12 questions kept, 6 from 2 held-out articles" in printed
     assert (
         metrics["eval_total"] == 6 and metrics["eval_HasAns_total"] == 4 and metrics["eval_NoAns_total"] == 2
     )

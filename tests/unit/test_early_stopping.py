@@ -73,6 +73,16 @@ def test_lower_is_better_for_a_loss_and_a_named_metric_must_exist():
         EarlyStopping(patience=1, metric="f1").on_evaluate(None, state, control, {"eval_loss": 0.5})
 
 
+def test_a_perplexity_or_an_error_is_also_lower_is_better():
+    # MLM's objective is eval_perplexity: transformers' rule ("loss" only) would keep the worst.
+    state, control = type("S", (), {"global_step": 0})(), type("C", (), {"should_training_stop": False})()
+    stopping = EarlyStopping(patience=2, objectives=("eval_perplexity",))
+    for step, perplexity in enumerate([30.0, 12.0, 15.0, 14.0], start=1):
+        state.global_step = step
+        stopping.on_evaluate(None, state, control, {"eval_perplexity": perplexity, "eval_loss": 1.0})
+    assert (stopping.best_step, stopping.best) == (2, 12.0) and control.should_training_stop
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -90,6 +90,23 @@ def read_examples(split: Split, args, need_answers: bool = True) -> Examples:
     return Examples(ids, [q.lstrip() for q in questions], list(contexts), answers, impossible, split.source)
 
 
+def _split_articles(
+    split: Split, fraction: float, seed: int, column: str = "title", flag: str = "--eval_split_by_article"
+) -> tuple[Split, Split]:
+    """``split`` as (kept, held out) with no article (or passage: ``column``) on both sides, logged."""
+    kept, held = split_by_article(split.dataset, fraction, seed, title_column=column, flag=flag)
+    unit = "articles" if column == "title" else "passages"
+    logger.info(
+        "%s: %d questions kept, %d from %d held-out %s to evaluate on",
+        split.source,
+        len(kept),
+        len(held),
+        len(set(held[column])),
+        unit,
+    )
+    return Split("train", split.source, kept), Split("validation", split.source, held)
+
+
 def derive_splits(splits: dict[str, Split], task_args: QAArguments) -> dict[str, Split]:
     """``--eval_split_by_article``: carve the evaluation set out of the training file by article."""
     fraction = task_args.eval_split_by_article
@@ -103,22 +120,9 @@ def derive_splits(splits: dict[str, Split], task_args: QAArguments) -> dict[str,
                 "--eval_split_by_article holds out articles of --train_file as the evaluation set; "
                 f"do not also give a different --validation_file ({validation.source})"
             )
-        kept, held = split_by_article(train.dataset, fraction, task_args.article_split_seed)
-        out["train"] = Split("train", train.source, kept)
-        out["validation"] = Split("validation", train.source, held)
-        logger.info(
-            "%s: %d questions to train on, %d from %d held-out articles to evaluate on",
-            train.source,
-            len(kept),
-            len(held),
-            len(set(held["title"])),
-        )
-    elif validation is not None:
-        _, held = split_by_article(validation.dataset, fraction, task_args.article_split_seed)
-        out["validation"] = Split("validation", validation.source, held)
-        logger.info(
-            "%s: evaluating on the %d questions of the held-out articles", validation.source, len(held)
-        )
+        out["train"], out["validation"] = _split_articles(train, fraction, task_args.article_split_seed)
+    elif validation is not None:  # evaluating: the same held-out articles the training run had
+        out["validation"] = _split_articles(validation, fraction, task_args.article_split_seed)[1]
     return out
 
 
@@ -131,24 +135,10 @@ def hold_out_articles(train: Split, fraction: float, task_args: QAArguments) -> 
     # By article where the file names at least two, else by passage (one title for a whole file).
     titled = "title" in dataset.column_names and len(set(dataset["title"])) > 1
     column = "title" if titled else task_args.context_column
-    kept, held = split_by_article(
-        dataset,
-        fraction,
-        HOLD_OUT_SEED,
-        title_column=column,
-        flag="--early_stopping_patience (holding out validation data)",
+    kept, held = _split_articles(
+        train, fraction, HOLD_OUT_SEED, column, flag="--early_stopping_patience (holding out validation data)"
     )
-    logger.info(
-        "%s: %d questions from %d held-out %s to evaluate on",
-        train.source,
-        len(held),
-        len(set(held[column])),
-        "articles" if column == "title" else "passages",
-    )
-    return (
-        Split("train", train.source, kept),
-        Split("validation", f"{train.source} (held-out {fraction:.0%} by {column})", held),
-    )
+    return kept, Split("validation", f"{train.source} (held-out {fraction:.0%} by {column})", held.dataset)
 
 
 def make_settings(
