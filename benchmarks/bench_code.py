@@ -76,13 +76,20 @@ CLONE_SPLITS = {
     "test": ["rich", "urllib3", "truststore", "pygments", "certifi", "requests", "idna", "distro", "msgpack"],
 }
 #: ``full`` is sized for 2 CPU cores shared with other jobs (each training step is a few seconds
-#: there): 512 training pairs at 64 tokens, one epoch.
+#: there): 512 training pairs at 64 tokens, one epoch. ``large`` trains the search rows on every
+#: training pair (``train_pairs`` None) at the token length the base model scores best on
+#: validation among ``max_lengths`` (code is longer than 64 tokens); it runs the search rows only
+#: (``parts``), the masking and clone rows being ``full``'s.
 SIZES = {
     "quick": {"train_pairs": 64, "val_queries": 50, "test_queries": 50, "distractors": 50, "mlm_steps": 3,
               "mlm_documents": 64, "clone_train": 64, "max_length": 64, "batch": 16, "epochs": 1, "mlm_batch": 8},
     "full": {"train_pairs": 512, "val_queries": 200, "test_queries": 300, "distractors": 300, "mlm_steps": 20,
              "mlm_documents": 512, "clone_train": 320, "max_length": 64, "batch": 32, "epochs": 1, "mlm_batch": 16},
+    "large": {"train_pairs": None, "val_queries": 200, "test_queries": 300, "distractors": 300,
+              "max_lengths": (64, 128, 256), "batch": 32, "epochs": 1, "parts": ("search", "hard")},
 }  # fmt: skip
+#: What a run measures unless its size names fewer parts.
+PARTS = ("search", "clones", "masking", "hard")
 MASKINGS = ("tokens", "words", "identifiers")
 logger = logging.getLogger("bench_code")
 
@@ -146,7 +153,7 @@ def search_sets(data: Path, size: dict, work: Path) -> dict:
     """Training pairs (file), and the validation and test sets as (corpus, queries, relevant)."""
     folder = work / "sets"
     folder.mkdir(parents=True, exist_ok=True)
-    train = sample(read_jsonl(data / "search-train.jsonl"), size["train_pairs"])
+    train = sample(read_jsonl(data / "search-train.jsonl"), size["train_pairs"])  # None: every pair
     write_jsonl(folder / "train.jsonl", [{"query": r["query"], "positive": r["positive"]} for r in train])
     write_jsonl(folder / "train-corpus.jsonl", [{"text": r["positive"]} for r in train])
     sets = {"train_file": folder / "train.jsonl", "train_size": len(train)}
@@ -346,6 +353,18 @@ def run(work: Path, size: dict, seeds: list[int], progress) -> dict:
         ]
         progress(results)
 
+    if "max_lengths" in size:  # the one choice of this size, made on validation with the base model
+        lengths = cached(work / "base-validation-lengths.json",
+                         lambda: {str(n): dense_scores(MINILM, validation, {**size, "max_length": n})
+                                  for n in size["max_lengths"]})  # fmt: skip
+        size["max_length"] = int(max(lengths, key=lambda n: lengths[n]["mrr@10"]))
+        results["search"]["max_length_choice"] = {
+            "validation_base_minilm": lengths,
+            "chosen": size["max_length"],
+        }
+        logger.info("max_length %d (base MiniLM's validation MRR@10 by length: %s)", size["max_length"],
+                    {n: r["mrr@10"] for n, r in lengths.items()})  # fmt: skip
+    parts = size.get("parts", PARTS)
     rows["BM25 (code tokens)"] = [cached(work / "bm25.json", lambda: bm25_scores(test))]
     rows["base MiniLM"] = [cached(work / "base.json", lambda: dense_scores(MINILM, test, size))]
     step("baselines")
@@ -358,16 +377,41 @@ def run(work: Path, size: dict, seeds: list[int], progress) -> dict:
         step(f"fine-tuned seed {seed}")
 
     fine_tuned(seeds[0])
-    results["clones"] = run_clones(work, size, seeds[0])
-    step("clones")
+    if "clones" in parts:
+        results["clones"] = run_clones(work, size, seeds[0])
+        step("clones")
+    if "masking" in parts:
+        masking_runs(work, data, sets, size, seeds[0], rows, masking_rows, test, step)
+    if "hard" in parts:
+        mined = mine(sets, work, size)
+        hard = train_embedding(
+            work / f"hardneg-seed{seeds[0]}",
+            mined,
+            size,
+            seeds[0],
+            MINILM,
+            "--negative_columns",
+            "negative_1",
+        )
+        rows["fine-tuned + mined hard negatives"] = [
+            cached(hard / "test.json", lambda: dense_scores(str(hard), test, size))
+        ]
+        step("hard negatives")
+    for seed in seeds[1:]:
+        fine_tuned(seed)
+    results["complete"] = True
+    step("all")
+    return results
+
+
+def masking_runs(work, data, sets, size, seed, rows, masking_rows, test, step) -> None:
+    """MLM with each masking for the same steps, then the same fine-tune: the downstream score."""
     documents = write_jsonl(
         work / "sets" / "mlm-train.jsonl", sample(read_jsonl(data / "mlm-train.jsonl"), size["mlm_documents"])
     )
     for masking in ("identifiers", "tokens", "words"):
-        mlm = train_mlm(work / f"mlm-{masking}-seed{seeds[0]}", documents, size, masking, seeds[0])
-        ft = train_embedding(
-            work / f"mlm-{masking}-ft-seed{seeds[0]}", sets["train_file"], size, seeds[0], str(mlm)
-        )
+        mlm = train_mlm(work / f"mlm-{masking}-seed{seed}", documents, size, masking, seed)
+        ft = train_embedding(work / f"mlm-{masking}-ft-seed{seed}", sets["train_file"], size, seed, str(mlm))
         masking_rows[masking] = {
             "test": cached(ft / "test.json", lambda ft=ft: dense_scores(str(ft), test, size)),
             "mlm_train_loss": json.loads((mlm / "metrics.json").read_text()).get("train_loss"),
@@ -375,19 +419,6 @@ def run(work: Path, size: dict, seeds: list[int], progress) -> dict:
         if masking == "identifiers":
             rows["identifier MLM, then fine-tuned"] = [masking_rows["identifiers"]["test"]]
         step(f"mlm {masking}")
-    mined = mine(sets, work, size)
-    hard = train_embedding(
-        work / f"hardneg-seed{seeds[0]}", mined, size, seeds[0], MINILM, "--negative_columns", "negative_1"
-    )
-    rows["fine-tuned + mined hard negatives"] = [
-        cached(hard / "test.json", lambda: dense_scores(str(hard), test, size))
-    ]
-    step("hard negatives")
-    for seed in seeds[1:]:
-        fine_tuned(seed)
-    results["complete"] = True
-    step("all")
-    return results
 
 
 def tables(results: dict) -> dict:
@@ -461,7 +492,7 @@ def main() -> None:
         path.write_text(json.dumps(data, indent=2, default=str))
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    size = SIZES[args.size]
+    size = dict(SIZES[args.size])  # a size with max_lengths gets its max_length chosen
     seeds = [int(s) for s in args.seeds.split(",")]
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -486,12 +517,16 @@ def main() -> None:
     shown = [{**r, **{k: f"{r[k]['mean']:.4f} ± {r[k]['std']:.4f}" for k in ("mrr@10", "ndcg@10")}}
              for r in results["search"]["table"]]  # fmt: skip
     print_table(shown, ["model", "runs", "mrr@10", "ndcg@10"])
-    print_table(
-        [{"masking": m, **r["test"]} for m, r in results["masking"].items()], ["masking", "mrr@10", "ndcg@10"]
-    )
-    print_table(
-        [{"model": m, **r} for m, r in results["clones"]["rows"].items()], ["model", "f1", "auc", "threshold"]
-    )
+    if results["masking"]:
+        print_table(
+            [{"masking": m, **r["test"]} for m, r in results["masking"].items()],
+            ["masking", "mrr@10", "ndcg@10"],
+        )
+    if results.get("clones"):
+        print_table(
+            [{"model": m, **r} for m, r in results["clones"]["rows"].items()],
+            ["model", "f1", "auc", "threshold"],
+        )
     if args.save:
         print("saved", save_results(f"code-{args.size}", results))
 

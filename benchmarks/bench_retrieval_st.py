@@ -1,0 +1,248 @@
+"""The retrieval rows against sentence-transformers' trainer (issue 29): same data, steps, batch,
+learning rate, machine, scored by the same code.
+
+    python -m benchmarks.bench_retrieval_st --size quick                       # smoke: minutes
+    python -m benchmarks.bench_retrieval_st --size standard --langs en,zh      # the measurement
+
+The sets and mined negatives are :mod:`benchmarks.bench_retrieval`'s (the same ``--work`` folder
+reuses them); its rows' toolkit models are trained again here, so that both sides' times are taken
+one after the other in one process. Each toolkit row has a sentence-transformers twin trained by
+``SentenceTransformerTrainer`` on the same rows in the same order of files with the settings the
+toolkit row ran at: 1 epoch, batch 32 (``size["batch"]``), learning rate 2e-5, 10% linear warm-up,
+weight decay 0.01, 128 tokens, scale 20 (the toolkit's temperature 0.05), the duplicate-free batch
+sampler (``BatchSamplers.NO_DUPLICATES``, as the toolkit's ``--batch_sampler no_duplicates``):
+
+- in-batch negatives: ``MultipleNegativesRankingLoss`` / ``embedding train`` (mnrl);
+- one mined hard negative per question (the base model's, ranks 3-50): the same loss on
+  (question, passage, negative) rows / ``--negative_columns negative_1``;
+- Matryoshka over that: ``MatryoshkaLoss`` at 384/256/128/64 / ``--matryoshka_dims 64,128,256``;
+- a large batch through GradCache: ``CachedMultipleNegativesRankingLoss`` (mini-batch 32) /
+  ``--cache_chunk_size 32``, both at batch ``CACHED_BATCH`` with the mined negatives.
+
+Both sides' models are encoded by :func:`encoder_tasks.tasks.embedding.model.encode_texts` and
+scored by :func:`benchmarks.bench_retrieval.scores` on the test questions and paragraphs (unseen in
+training and in any choice). Training wall time is measured around each trainer call, one after
+the other in one process. Results: ``benchmarks/results/retrieval-st-<time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+from benchmarks import bench_retrieval as br
+from benchmarks.bench_embedding_contenders import minilm_path
+from benchmarks.common import MINILM, mean_spread, print_table, save_results
+from benchmarks.harness import cached
+
+#: The large batch of the GradCache rows (both sides cut it into chunks of 32).
+CACHED_BATCH = 128
+WARMUP, WEIGHT_DECAY, LEARNING_RATE = 0.1, 0.01, 2e-5
+MATRYOSHKA = (384, 256, 128, 64)
+
+#: Row -> (toolkit flags after bench_retrieval's defaults, ST loss, training file, batch).
+ROWS = {
+    "in-batch negatives (mnrl)": ([], "mnrl", "train.jsonl", None),
+    "+ mined hard negative": (["--negative_columns", "negative_1"], "mnrl", "mined-n-tuple.jsonl", None),
+    "+ Matryoshka 384/256/128/64": (
+        ["--negative_columns", "negative_1", "--matryoshka_dims", "64,128,256"],
+        "matryoshka",
+        "mined-n-tuple.jsonl",
+        None,
+    ),
+    f"+ GradCache, batch {CACHED_BATCH}": (
+        ["--negative_columns", "negative_1", "--cache_chunk_size", "32"],
+        "cached",
+        "mined-n-tuple.jsonl",
+        CACHED_BATCH,
+    ),
+}
+logger = logging.getLogger("bench_retrieval_st")
+
+
+def read_rows(path: Path):
+    """A JSON-lines training file as a ``datasets.Dataset`` with the columns in file order
+    (sentence-transformers takes the first column as the anchor, the second as the positive)."""
+    import datasets
+
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    columns = [c for c in ("query", "positive", "negative_1") if c in rows[0]]
+    return datasets.Dataset.from_dict({c: [r[c] for r in rows] for c in columns})
+
+
+def st_loss(model, kind: str):
+    from sentence_transformers import losses
+
+    if kind == "mnrl":
+        return losses.MultipleNegativesRankingLoss(model, scale=20.0)
+    if kind == "matryoshka":
+        return losses.MatryoshkaLoss(
+            model, losses.MultipleNegativesRankingLoss(model, scale=20.0), list(MATRYOSHKA)
+        )
+    if kind == "cached":
+        return losses.CachedMultipleNegativesRankingLoss(model, scale=20.0, mini_batch_size=32)
+    raise ValueError(kind)
+
+
+def train_st(out: Path, train: Path, size: dict, seed: int, kind: str, batch: int) -> dict:
+    """sentence-transformers' trainer at the toolkit row's settings; the model saved to ``out``."""
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from sentence_transformers.training_args import BatchSamplers
+
+    start = time.perf_counter()  # like the toolkit's row: loading, data, training and saving
+    model = SentenceTransformer(minilm_path(), device="cpu")  # the package's copy (offline)
+    model.max_seq_length = size["max_length"]
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(out / "checkpoints"),
+        num_train_epochs=size["epochs"],
+        per_device_train_batch_size=batch,
+        learning_rate=LEARNING_RATE,
+        warmup_ratio=WARMUP,
+        weight_decay=WEIGHT_DECAY,
+        batch_sampler=BatchSamplers.NO_DUPLICATES,
+        seed=seed,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=True,
+        logging_steps=20,
+    )
+    trainer = SentenceTransformerTrainer(
+        model=model, args=args, train_dataset=read_rows(train), loss=st_loss(model, kind)
+    )
+    result = trainer.train()
+    model.save_pretrained(str(out))
+    wall = time.perf_counter() - start
+    return {"train_wall_s": round(wall, 1), "train_steps": result.global_step}
+
+
+def train_toolkit(out: Path, train: Path, size: dict, seed: int, flags: list[str], batch: int | None) -> dict:
+    start = time.perf_counter()
+    sized = dict(size, batch=batch or size["batch"])
+    br.train_embedding(out, train, sized, seed, *flags)
+    wall = time.perf_counter() - start
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    steps = round(metrics["train_steps_per_second"] * metrics["train_runtime"])
+    return {"train_wall_s": round(wall, 1), "train_steps": steps}
+
+
+def scored(model_dir: Path, split: dict, size: dict, matryoshka: bool) -> dict:
+    ranked, relevant = br.ranked(str(model_dir), split, size)
+    dims = MATRYOSHKA if matryoshka else (384,)
+    return {f"dim{d}": br.scores(ranked[f"dim{d}"], relevant) for d in dims}
+
+
+def run_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
+    """``{row: {"toolkit": [per seed], "sentence-transformers": [per seed]}}`` for one language."""
+    splits = br.build_splits(lang, size, work)
+    folder = work / lang
+    br.mine(MINILM, folder, size, "n-tuple", 1)
+    results: dict = {}
+    for seed in seeds:
+        run = folder / f"seed{seed}"
+        for row, (flags, kind, file, batch) in ROWS.items():
+            # The toolkit side trains here too (not bench_retrieval's cached models): both sides'
+            # times are taken one after the other in this process.
+            tag = f"{kind}-{file.split('.')[0]}-b{batch or size['batch']}"
+            sides = {
+                "toolkit": run / f"vs-st-toolkit-{tag}",
+                "sentence-transformers": run / f"vs-st-st-{tag}",
+            }
+            for side, out in sides.items():
+
+                def measure(side=side, out=out, flags=flags, kind=kind, file=file, batch=batch, seed=seed):
+                    if side == "toolkit":
+                        timing = train_toolkit(out, folder / file, size, seed, flags, batch)
+                    else:
+                        timing = train_st(out, folder / file, size, seed, kind, batch or size["batch"])
+                    return {**timing, **scored(out, splits["test"], size, kind == "matryoshka")}
+
+                record = cached(out.with_name(out.name + "-st-bench.json"), measure)
+                results.setdefault(row, {}).setdefault(side, []).append(record)
+                logger.info(
+                    "%s seed %d %s %s: nDCG@10 %.4f", lang, seed, row, side, record["dim384"]["ndcg@10"]
+                )
+    return results
+
+
+def _cell(runs: list[dict], key: str, dims: int = 384) -> str:
+    s = mean_spread([r[f"dim{dims}"][key] for r in runs])
+    return f"{100 * s['mean']:.1f} ± {100 * s['std']:.1f}" if len(runs) > 1 else f"{100 * s['mean']:.1f}"
+
+
+def tables(results: dict) -> dict:
+    """The side-by-side table and the targets (toolkit >= sentence-transformers, in no more time)."""
+    rows, targets = [], []
+    for lang, by_row in results.items():
+        for row, sides in by_row.items():
+            dims = MATRYOSHKA if "Matryoshka" in row else (384,)
+            for d in dims:
+                name = row if d == 384 else f"{row}, cut to {d}"
+                for side, runs in sides.items():
+                    time_ = mean_spread([r["train_wall_s"] for r in runs])
+                    rows.append([lang, name, side, _cell(runs, "ndcg@10", d), _cell(runs, "recall@10", d),
+                                 _cell(runs, "mrr@10", d), f"{time_['mean']:.1f}", len(runs)])  # fmt: skip
+            ours, theirs = sides.get("toolkit", []), sides.get("sentence-transformers", [])
+            if ours and theirs:
+                gap = [mean_spread([r["dim384"]["ndcg@10"] for r in x]) for x in (ours, theirs)]
+                t = [mean_spread([r["train_wall_s"] for r in x])["mean"] for x in (ours, theirs)]
+                spread = max(gap[0]["std"], gap[1]["std"])
+                diff = gap[0]["mean"] - gap[1]["mean"]
+                targets.append([lang, row, f"{100 * diff:+.1f}", f"{100 * spread:.1f}",
+                                "yes" if diff >= -spread else "no", f"{t[0] / t[1]:.2f}x",
+                                "yes" if t[0] <= t[1] * 1.05 else "no"])  # fmt: skip
+    return {
+        "retrieval-st": {
+            "columns": ["lang", "row", "trainer", "nDCG@10", "recall@10", "MRR@10", "train wall s", "seeds"],
+            "rows": rows,
+            "notes": "test questions and paragraphs unseen in training; metrics in %, mean ± sample std over seeds",
+        },
+        "retrieval-st-targets": {
+            "columns": ["lang", "row", "toolkit - ST nDCG@10 (points)", "spread", "at or above (within spread)",
+                        "toolkit / ST train time", "no more time (5% allowance)"],
+            "rows": targets,
+            "notes": "spread: the larger sample std over seeds of the two sides",
+        },
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(br.SIZES), default="quick")
+    parser.add_argument("--langs", default="en")
+    parser.add_argument("--seeds", type=int, default=None, help="default: the size's (1 quick, 3 standard)")
+    parser.add_argument(
+        "--work", default=None, help="bench_retrieval's cache folder (default: /tmp/bench-retrieval-<size>)"
+    )
+    parser.add_argument("--rows", default="all", help="row names separated by ';' (default all)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    size = br.SIZES[args.size]
+    if args.rows != "all":
+        wanted = [r.strip() for r in args.rows.split(";") if r.strip()]
+        unknown = sorted(set(wanted) - set(ROWS))
+        if unknown:
+            parser.error(f"--rows: unknown {unknown}; expected names from {list(ROWS)}")
+        for name in set(ROWS) - set(wanted):
+            ROWS.pop(name)
+    seeds = list(range(42, 42 + (args.seeds or size["seeds"])))
+    work = Path(args.work or f"/tmp/bench-retrieval-{args.size}")
+    results = {lang: run_lang(lang, size, seeds, work) for lang in args.langs.split(",")}
+    payload = {"size": args.size, "seeds": seeds, "rows": {k: list(v) for k, v in ROWS.items()},
+               "settings": {"learning_rate": LEARNING_RATE, "warmup_ratio": WARMUP, "weight_decay": WEIGHT_DECAY,
+                            "cached_batch": CACHED_BATCH, "sizes": size},
+               "results": results, "tables": tables(results)}  # fmt: skip
+    t = payload["tables"]["retrieval-st"]
+    print_table([dict(zip(t["columns"], r)) for r in t["rows"]], t["columns"])
+    print(f"results: {save_results('retrieval-st', payload)}")
+
+
+if __name__ == "__main__":
+    main()
