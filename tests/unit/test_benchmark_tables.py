@@ -489,3 +489,21 @@ def test_scripts_are_started_and_recorded_as_modules_of_the_package():
         harness.invocation("bench_all", ["--size", "quick"]) == "python -m benchmarks.bench_all --size quick"
     )
     assert (harness.REPO / "benchmarks" / "__init__.py").is_file()
+
+
+def test_the_sentence_transformers_retrieval_targets():
+    from benchmarks import bench_retrieval_st
+
+    def runs(ndcg, wall):
+        return [
+            {"train_wall_s": w, "dim384": {"ndcg@10": n, "recall@10": n, "mrr@10": n}}
+            for n, w in zip(ndcg, wall)
+        ]
+
+    results = {"en": {"mnrl": {"toolkit": runs([0.60, 0.62], [10, 12]),
+                               "sentence-transformers": runs([0.63, 0.65], [10, 10])}}}  # fmt: skip
+    out = bench_retrieval_st.tables(results)
+    # 0.61 vs 0.64: 3 points below, beyond the larger spread (1.4): not met; 11 s vs 10 s: 1.10x, not met
+    assert out["retrieval-st-targets"]["rows"] == [["en", "mnrl", "-3.0", "1.4", "no", "1.10x", "no"]]
+    assert [r[2] for r in out["retrieval-st"]["rows"]] == ["toolkit", "sentence-transformers"]
+    assert out["retrieval-st"]["rows"][0][3] == "61.0 ± 1.4"
