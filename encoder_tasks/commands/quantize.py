@@ -46,6 +46,7 @@ from ..config import ArgumentParser
 from ..data.writers import write_json
 from ..errors import UserError, check_choice
 from ..export.staging import leftovers, staged
+from ..quantization.agreement import MIN_COSINE
 from ..quantization.int8 import METHOD, linear_names, packing_engine, quantize_linears
 from .quantize_checks import REPORT_FILE, check_source
 from .quantize_report import describe_sizes, evaluate_and_time, log_report, write_readme
@@ -109,6 +110,7 @@ def quantize_run(
     calibration_file: str | None = None,
     calibration_samples: int = 256,
     max_metric_loss: float = 0.01,
+    min_cosine: float = MIN_COSINE,
 ) -> dict:
     """Write the int8 copy of ``model_dir`` to ``dest``; returns the report (also in ``dest``).
 
@@ -137,6 +139,7 @@ def quantize_run(
             calibration_file=calibration_file,
             calibration_samples=calibration_samples,
             max_metric_loss=max_metric_loss,
+            min_cosine=min_cosine,
             overwrite=overwrite,
             validation_file=validation_file,
             eval_flags=eval_flags,
@@ -286,6 +289,14 @@ def main(argv: list[str]) -> int:
         help="Largest relative loss of the task metric on --validation_file: past it, the most sensitive "
         "encoder layers stay fp32, one at a time (onnx, openvino) (default 0.01: 1%%).",
     )
+    parser.add_argument(
+        "--min_cosine",
+        type=float,
+        default=MIN_COSINE,
+        help="The embedding task (onnx, openvino): 99%% of the --validation_file inputs' int8 vectors must "
+        "keep at least this cosine to their fp32 vectors, else layers stay fp32 as for the metric "
+        f"(default {MIN_COSINE}).",
+    )
     args, rest = parser.parse_known_args(argv)
     if rest and args.validation_file is None:
         raise UserError(
@@ -308,5 +319,6 @@ def main(argv: list[str]) -> int:
         calibration_file=args.calibration_file,
         calibration_samples=args.calibration_samples,
         max_metric_loss=args.max_metric_loss,
+        min_cosine=args.min_cosine,
     )
     return 0

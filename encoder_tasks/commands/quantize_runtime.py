@@ -40,6 +40,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import UserError
+from ..quantization.agreement import MIN_COSINE, PERCENTILE, embeddings_of, floor_of, vector_agreement
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +96,23 @@ def _calibration_calls(task_name: str, folder, calibration_file: str, batch_size
     return list(calls)
 
 
+def _shortfall(compared: dict, max_metric_loss: float) -> str:
+    """Why a quantized graph missed the guardrail, in words (the metric, the vectors or both)."""
+    reasons = []
+    if compared["relative_loss"] > max_metric_loss:
+        reasons.append(
+            f"{compared['name']} lost {100 * compared['relative_loss']:.2f}% "
+            f"(more than --max_metric_loss {100 * max_metric_loss:.2f}%)"
+        )
+    agreement = compared.get("agreement")
+    if agreement is not None and floor_of(agreement) < agreement["min_cosine_target"]:
+        reasons.append(
+            f"{100 - PERCENTILE}% of the validation vectors keep cosine {floor_of(agreement):.4f} to fp32 "
+            f"(less than --min_cosine {agreement['min_cosine_target']})"
+        )
+    return " and ".join(reasons)
+
+
 def _sample(calls: list[dict], samples: int) -> list[dict]:
     """The first calls holding ``samples`` inputs in all."""
     chosen, rows = [], 0
@@ -133,6 +151,7 @@ def quantize_with_runtime(
     calibration_file: str | None = None,
     calibration_samples: int = CALIBRATION_SAMPLES,
     max_metric_loss: float = 0.01,
+    min_cosine: float = MIN_COSINE,
     overwrite: bool = False,
     validation_file: str | None = None,
     eval_flags: list[str] | tuple[str, ...] = (),
@@ -141,7 +160,11 @@ def quantize_with_runtime(
     metric: str | None = None,
 ) -> dict:
     """Write ``dest``: ``model_dir`` with an int8 graph of its encoder for ``backend`` (onnx, openvino); returns the report (also
-    ``dest/quantization_report.json``). See the module docstring."""
+    ``dest/quantization_report.json``). See the module docstring.
+
+    ``min_cosine`` (embedding task, with a validation file): the int8 vectors of 99% of the
+    validation inputs must keep at least this cosine to their fp32 vectors
+    (:mod:`encoder_tasks.quantization.agreement`), else layers stay fp32 as for the metric."""
     from ..backbone import load_tokenizer
     from ..data.writers import write_json
     from ..export.staging import staged
@@ -167,6 +190,8 @@ def quantize_with_runtime(
         raise UserError(f"quantize: --method must be one of {', '.join(graphs.methods)}, found {method!r}")
     if not 0 <= max_metric_loss < 1:
         raise UserError(f"quantize: --max_metric_loss is a fraction (0.01: 1%), found {max_metric_loss}")
+    if not -1 <= min_cosine <= 1:
+        raise UserError(f"quantize: --min_cosine is a cosine between -1 and 1, found {min_cosine}")
     if calibration_samples < 1:
         raise UserError(f"quantize: --calibration_samples must be at least 1, found {calibration_samples}")
     for flag, given in (("--validation_file", validation_file), ("--calibration_file", calibration_file)):
@@ -196,6 +221,8 @@ def quantize_with_runtime(
             calibration_calls = _calibration_calls(task_name, staging, calibration_file, batch_size)
         else:
             calibration_calls = _sample(calls, calibration_samples)
+        # The embedding task's product is the vectors themselves: hold them to fp32's too.
+        reference = embeddings_of(model, calls) if task_name == "embedding" and calls else None
         calibration = graph_feeds(calibration_calls, names) if method == "static" else None
         nodes = graphs.nodes(fp32_graph)
         int8_graph = staging / graphs.int8_file
@@ -223,6 +250,12 @@ def quantize_with_runtime(
             found, _ = _evaluate(task_name, staging, validation_file, eval_flags, batch_size)
             compared = headline_metric(task, metrics["fp32"], found, metric)
             compared["within_target"] = compared["relative_loss"] <= max_metric_loss
+            if reference is not None:
+                int8_model = EncoderWithHead.from_pretrained(staging).cpu().eval()
+                apply_backend(int8_model, "auto", runtime=record, where=str(staging))
+                compared["agreement"] = vector_agreement(reference, embeddings_of(int8_model, calls))
+                compared["agreement"]["min_cosine_target"] = min_cosine
+                compared["within_target"] &= floor_of(compared["agreement"]) >= min_cosine
             steps.append({"excluded_layers": sorted(excluded), **compared})
             metrics["int8"] = found
             return compared
@@ -238,11 +271,7 @@ def quantize_with_runtime(
                 row["layer"] for row in sensitivity if row["layer"] >= 0 and row["layer"] not in excluded
             )
             logger.info(
-                "quantize: %s lost %.2f%% (more than %.2f%%): keeping layer %d in fp32",
-                compared["name"],
-                100 * compared["relative_loss"],
-                100 * max_metric_loss,
-                layer,
+                "quantize: %s: keeping layer %d in fp32", _shortfall(compared, max_metric_loss), layer
             )
             excluded.append(layer)
             compared = quantize_and_score()
@@ -269,6 +298,11 @@ def quantize_with_runtime(
             report["metrics"] = metrics
             report["guardrail"] = {
                 "max_metric_loss": max_metric_loss,
+                **(
+                    {"min_cosine": min_cosine, "cosine_percentile": PERCENTILE}
+                    if reference is not None
+                    else {}
+                ),
                 "steps": steps,
                 "sensitivity": sensitivity,
             }
@@ -277,10 +311,7 @@ def quantize_with_runtime(
             )
             if not compared["within_target"]:
                 logger.warning(
-                    "quantize: %s still loses %.2f%% with every layer in fp32 (more than --max_metric_loss %.2f%%)",
-                    compared["name"],
-                    100 * compared["relative_loss"],
-                    100 * max_metric_loss,
+                    "quantize: with every layer in fp32, %s", _shortfall(compared, max_metric_loss)
                 )
         write_json(staging / REPORT_FILE, report)
         write_readme(staging / "README.md", report)
@@ -365,7 +396,7 @@ class _OpenVINOGraphs:
         return {
             "weights": "int8, symmetric, one scale per output channel (nncf)",
             "activations": "int8/uint8, ranges calibrated on the calibration inputs "
-            "(nncf ModelType.TRANSFORMER: SmoothQuant, no quantizers on the LayerNorms)",
+            "(nncf ModelType.TRANSFORMER, SmoothQuant off: no quantizers on the LayerNorms)",
         }
 
     def versions(self) -> dict:

@@ -451,6 +451,7 @@ def quantize_int8(
     dest_dir: str | os.PathLike,
     ignored_layers: Sequence[str] = (),
     *,
+    smooth_quant: bool = False,
     overwrite: bool = False,
 ) -> Path:
     """Static int8 of an export with nncf, calibrated on ``calibration_batches``; return the new
@@ -460,9 +461,12 @@ def quantize_int8(
     ``attention_mask``, ``token_type_ids`` where the graph takes them) made with the model's
     own tokenisation from the user's data; every batch is used. ``ignored_layers``: names from
     :func:`linear_layers` that stay fp32 (the sensitive ones). nncf runs with
-    ``ModelType.TRANSFORMER`` (SmoothQuant, and no quantizers where int8 costs accuracy in
-    transformers, such as the LayerNorms). A ``dest_dir`` holding this very quantization
-    (same source, calibration and ignored layers) is reused.
+    ``ModelType.TRANSFORMER`` (no quantizers where int8 costs accuracy in transformers, such as
+    the LayerNorms) but without its SmoothQuant pass unless ``smooth_quant``: on MiniLM's STS-B
+    dev sentences SmoothQuant (nncf's alpha 0.95) moved 1% of the sentence vectors below cosine
+    0.87 to fp32 (the lowest 0.70), against 0.985 (lowest 0.976) without it; alphas 0.25-0.75
+    were in between (docs/quantization.md). A ``dest_dir`` holding this very quantization (same
+    source, calibration, ignored layers and SmoothQuant choice) is reused.
     """
     ov = _openvino()
     try:
@@ -489,6 +493,7 @@ def quantize_int8(
         or hashlib.blake2b(source.read_bytes(), digest_size=16).hexdigest(),
         "calibration": calibration,
         "ignored_layers": ignored,
+        "smooth_quant": bool(smooth_quant),
     }
     dest = Path(dest_dir)
     if _reusable(dest, key, overwrite, "int8 copy"):
@@ -508,10 +513,12 @@ def quantize_int8(
         model_type=nncf.ModelType.TRANSFORMER,
         subset_size=len(batches),  # nncf counts items, here batches: use them all
         ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None,
+        advanced_parameters=None if smooth_quant else _without_smooth_quant(nncf),
     )
     info = {
         **key,
-        "method": "nncf post-training static quantization (ModelType.TRANSFORMER)",
+        "method": "nncf post-training static quantization (ModelType.TRANSFORMER"
+        + (")" if smooth_quant else ", SmoothQuant off)"),
         "calibration_batches": len(batches),
         "calibration_rows": int(sum(np.shape(b["input_ids"])[0] for b in batches)),
         "model_type": source_info.get("model_type"),
@@ -520,3 +527,13 @@ def quantize_int8(
         "nncf": nncf.__version__,
     }
     return _save(quantized, dest, info)
+
+
+def _without_smooth_quant(nncf):
+    """nncf's advanced parameters with SmoothQuant switched off (an alpha of -1 disables it)."""
+    from nncf.quantization.advanced_parameters import (
+        AdvancedQuantizationParameters,
+        AdvancedSmoothQuantParameters,
+    )
+
+    return AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=-1))

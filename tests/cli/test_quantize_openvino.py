@@ -124,3 +124,67 @@ def test_bad_openvino_flags_are_refused_in_one_line(task_runs, tmp_path, capsys,
     assert code != 0
     assert message in error_line(capsys.readouterr().err)
     assert not (tmp_path / "d").exists()
+
+
+def _scored_pairs(tmp_path):
+    from tests.samples import scored_pairs_tsv
+
+    path = tmp_path / "pairs.tsv"
+    path.write_text(scored_pairs_tsv())
+    return path
+
+
+def test_an_embedding_copy_is_held_to_its_fp32_vectors(tiny_bert, tmp_path):
+    """With scored pairs to validate on, the report gives the int8 vectors' cosines to fp32 over
+    the validation texts (checked here against the two models' own vectors), and nncf's
+    SmoothQuant is off (it moved MiniLM's short sentences far from fp32: docs/quantization.md)."""
+    from encoder_tasks.quantization.agreement import cosines
+    from tests.samples import SCORED_PAIRS
+
+    dest = tmp_path / "int8"
+    argv = ["quantize", tiny_bert, str(dest), "--backend", "openvino", "--validation_file"]
+    assert main([*argv, str(_scored_pairs(tmp_path)), "--repeats", "1"]) == 0
+    report = read_json(dest / "quantization_report.json")
+    agreement = report["metric"]["agreement"]
+    assert report["guardrail"]["min_cosine"] == 0.95 and agreement["min_cosine_target"] == 0.95
+    texts = sorted({t for a, b, _ in SCORED_PAIRS for t in (a, b)})
+    int8 = [r["embedding"] for r in Predictor.load(dest)([{"text": t} for t in texts])]
+    fp32 = Predictor.load(tiny_bert, backend="torch", precision="fp32")
+    want = [r["embedding"] for r in fp32([{"text": t} for t in texts])]
+    assert agreement["inputs"] == len(texts)  # the evaluation encodes each distinct text once
+    assert agreement["min_cosine"] == pytest.approx(float(cosines(want, int8).min()), abs=1e-4)
+    assert agreement["min_cosine"] <= agreement["p1_cosine"] <= agreement["median_cosine"] <= 1
+    assert read_json(dest / "encoder_info.json")["smooth_quant"] is False
+
+
+def test_vectors_below_min_cosine_keep_layers_in_fp32(tiny_bert, tmp_path, caplog):
+    """A cosine floor int8 cannot reach sends layers to fp32 one by one, each step saying why, until
+    every layer is kept (no quantizer left: the fp32 vectors)."""
+    dest = tmp_path / "int8"
+    argv = ["quantize", tiny_bert, str(dest), "--backend", "openvino", "--min_cosine", "0.999999"]
+    with caplog.at_level("INFO"):
+        assert main([*argv, "--validation_file", str(_scored_pairs(tmp_path)), "--repeats", "1"]) == 0
+    report = read_json(dest / "quantization_report.json")
+    steps = report["guardrail"]["steps"]
+    assert len(steps) >= 2 and all("agreement" in step for step in steps)
+    assert not any(step["within_target"] for step in steps[:-1])
+    assert (
+        report["runtime"]["excluded_layers"]
+        == sorted({row["layer"] for row in report["guardrail"]["sensitivity"] if row["layer"] >= 0})[
+            : len(steps) - 1
+        ]
+    )
+    assert (
+        "of the validation vectors keep cosine" in caplog.text
+        and "less than --min_cosine 0.999999" in caplog.text
+    )
+    assert steps[-1]["agreement"]["p1_cosine"] > steps[0]["agreement"]["p1_cosine"]
+
+
+def test_a_cosine_floor_outside_minus_one_to_one_is_refused(tiny_bert, tmp_path, capsys):
+    argv = ["quantize", tiny_bert, str(tmp_path / "d"), "--backend", "openvino", "--min_cosine", "1.5"]
+    assert main([*argv, "--validation_file", str(_scored_pairs(tmp_path))]) != 0
+    assert "quantize: --min_cosine is a cosine between -1 and 1, found 1.5" in error_line(
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "d").exists()
