@@ -438,3 +438,16 @@ def _log(report: dict) -> None:
         *table_lines(report),
     ]
     logger.info("\n".join(lines))
+    speedup = report.get("speed", {}).get("speedup")
+    if speedup is not None and speedup < 1:
+        from ..devices import INT8_INSTRUCTIONS, cpu_int8_instructions
+
+        found = cpu_int8_instructions()
+        logger.warning(
+            "quantize: the int8 graph ran %.2fx the fp32 model's speed on this CPU (%s): serving the fp32 run "
+            "may be faster here",
+            speedup,
+            f"int8 instructions: {', '.join(found)}"
+            if found
+            else f"none of the int8 instructions {', '.join(INT8_INSTRUCTIONS)}",
+        )

@@ -169,3 +169,28 @@ def test_int8_models_predict_in_fp32():
     model = quantize_linears(_model(), ["encoder.0"])
     cast_encoder_for_inference(model, "bf16")
     assert model.encoder[2].weight.dtype == torch.float32  # left alone: int8 models stay fp32
+
+
+def test_an_int8_graph_slower_than_fp32_is_said_with_the_cpu_s_int8_instructions(caplog, monkeypatch):
+    from encoder_tasks import devices
+    from encoder_tasks.commands import quantize_runtime
+
+    report = {
+        "source": "run",
+        "dest": "run-int8",
+        "task": "embedding",
+        "runtime": {"backend": "openvino", "method": "static", "excluded_layers": []},
+        "size": {"fp32_bytes": 4e6, "int8_bytes": 1e6, "ratio": 0.25},
+        "metric": {"name": "eval_cosine_spearman", "before": 0.8, "after": 0.8, "relative_change": 0.0},
+        "speed": {"fp32": {"inputs_per_second": 300.0}, "int8": {"inputs_per_second": 240.0}, "speedup": 0.8},
+    }
+    monkeypatch.setattr(devices, "_cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    with caplog.at_level("INFO"):
+        quantize_runtime._log(report)
+    assert "the int8 graph ran 0.80x the fp32 model's speed on this CPU" in caplog.text
+    assert "none of the int8 instructions avx512_vnni, avx_vnni, amx_int8" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(devices, "_cpu_flags", lambda: frozenset({"avx512_vnni"}))
+    with caplog.at_level("INFO"):
+        quantize_runtime._log({**report, "speed": {**report["speed"], "speedup": 1.4}})
+    assert "int8 graph ran" not in caplog.text
