@@ -21,7 +21,9 @@ ignored scope. The steps are the same for both backends:
 4. The graph is quantized (:mod:`encoder_tasks.quantization.onnx`) and scored on the validation file. While its relative
    metric loss exceeds ``--max_metric_loss``, the most sensitive encoder layer still in int8
    (:func:`.onnx.layer_sensitivity`) is kept in fp32 and the graph quantized and scored again, layer
-   by layer; the report lists the layers kept (``excluded_layers``) and every step.
+   by layer; the report lists the layers kept (``excluded_layers``) and every step. For the
+   embedding task a step must also keep 99% of the validation inputs' vectors within
+   ``--min_cosine`` of their fp32 vectors (:mod:`encoder_tasks.quantization.agreement`).
 5. ``DEST``'s settings record ``runtime: {"backend": "onnx", "file": "encoder.int8.onnx", "precision":
    "int8", "method", "excluded_layers"}``: every loader of run directories (predict, evaluate,
    ``Predictor``, serve, Ray) runs that graph as the encoder, with no flag.
@@ -396,7 +398,7 @@ class _OpenVINOGraphs:
         return {
             "weights": "int8, symmetric, one scale per output channel (nncf)",
             "activations": "int8/uint8, ranges calibrated on the calibration inputs "
-            "(nncf ModelType.TRANSFORMER, SmoothQuant off: no quantizers on the LayerNorms)",
+            "(nncf ModelType.TRANSFORMER: no quantizers on the LayerNorms; SmoothQuant off)",
         }
 
     def versions(self) -> dict:
