@@ -170,9 +170,8 @@ def quantize_with_runtime(
     from ..backbone import load_tokenizer
     from ..data.writers import write_json
     from ..export.staging import staged
-    from ..heads import EncoderWithHead
     from ..quantization.onnx import graph_feeds
-    from ..runtimes import apply_backend, runtime_module
+    from ..runtimes import runtime_module
     from ..saved import task_named
     from .quantize_checks import REPORT_FILE, check_source
     from .quantize_report import describe_sizes, headline_metric, write_readme
@@ -253,8 +252,7 @@ def quantize_with_runtime(
             compared = headline_metric(task, metrics["fp32"], found, metric)
             compared["within_target"] = compared["relative_loss"] <= max_metric_loss
             if reference is not None:
-                int8_model = EncoderWithHead.from_pretrained(staging).cpu().eval()
-                apply_backend(int8_model, "auto", runtime=record, where=str(staging))
+                int8_model = _int8_model(staging, record).eval()
                 compared["agreement"] = vector_agreement(reference, embeddings_of(int8_model, calls))
                 compared["agreement"]["min_cosine_target"] = min_cosine
                 compared["within_target"] &= floor_of(compared["agreement"]) >= min_cosine
@@ -308,9 +306,7 @@ def quantize_with_runtime(
                 "steps": steps,
                 "sensitivity": sensitivity,
             }
-            report["speed"] = _speeds(
-                staging, record, calls, repeats, batch_size, EncoderWithHead, apply_backend
-            )
+            report["speed"] = _speeds(staging, record, calls, repeats, batch_size)
             if not compared["within_target"]:
                 logger.warning(
                     "quantize: with every layer in fp32, %s", _shortfall(compared, max_metric_loss)
@@ -415,17 +411,27 @@ class _OpenVINOGraphs:
 GRAPHS = {"onnx": _OnnxGraphs, "openvino": _OpenVINOGraphs}
 
 
-def _speeds(staging, record, calls, repeats, batch_size, EncoderWithHead, apply_backend) -> dict:
+def _int8_model(staging: Path, record: dict):
+    """The run in ``staging`` with its int8 graph as the encoder (as every loader opens it)."""
+    from ..heads import EncoderWithHead
+    from ..runtimes import apply_backend
+
+    model = EncoderWithHead.from_pretrained(staging).cpu()
+    apply_backend(model, "auto", runtime=record, where=str(staging))
+    return model
+
+
+def _speeds(staging, record, calls, repeats, batch_size) -> dict:
     """The model's forward passes on the evaluation's batches: torch fp32, and the int8 graph."""
     import torch
+
+    from ..heads import EncoderWithHead
 
     speed: dict = {"batch_size": batch_size, "repeats": repeats, "threads": torch.get_num_threads()}
     speed["inputs"] = sum(len(c["input_ids"]) for c in calls if c.get("input_ids") is not None)
     fp32 = EncoderWithHead.from_pretrained(staging).cpu()
     speed["fp32"] = _time(fp32, calls, repeats)
-    int8 = EncoderWithHead.from_pretrained(staging).cpu()
-    apply_backend(int8, "auto", runtime=record, where=str(staging))
-    speed["int8"] = _time(int8, calls, repeats)
+    speed["int8"] = _time(_int8_model(staging, record), calls, repeats)
     speed["speedup"] = speed["fp32"]["seconds"] / speed["int8"]["seconds"]
     return speed
 
