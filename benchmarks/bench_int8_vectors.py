@@ -8,7 +8,7 @@ and quantized by nncf as ``quantize`` does, calibrated on the encoder inputs the
 predict path makes of the first 256 distinct STS-B train sentences (``quantize
 --calibration_file``'s path), one row per variant: SmoothQuant as nncf's ``ModelType.TRANSFORMER``
 runs it (alpha 0.95), SmoothQuant off (``quantize_int8``'s default since this study), and three
-smaller alphas (nncf called directly). Each graph encodes every distinct sentence of STS-B dev
+smaller alphas (``quantize_int8(smooth_quant=alpha)``). Each graph encodes every distinct sentence of STS-B dev
 (where the choice is made) and test (read after it), mean-pooled as the model's
 sentence-transformers config pools; beside the STS-B Spearman of the cosines, the distribution
 of each sentence's cosine to its fp32 vector. ``benchmarks/results/int8-vectors-<time>.json``
@@ -79,31 +79,11 @@ def mean_pooled(xml, feeds: list[dict]) -> np.ndarray:
 
 
 def quantize_variant(fp32_xml: Path, calibration: list[dict], alpha, dest: Path) -> Path:
-    """The int8 graph of one variant: ``quantize_int8`` itself for the default and off rows."""
+    """The int8 graph of one variant, by ``quantize_int8`` itself."""
     from encoder_tasks.runtimes.openvino import quantize_int8
 
-    if alpha in (None, -1):
-        return quantize_int8(fp32_xml, calibration, dest, smooth_quant=alpha is None, overwrite=True)
-    import nncf
-    import openvino as ov
-    from nncf.quantization.advanced_parameters import (
-        AdvancedQuantizationParameters,
-        AdvancedSmoothQuantParameters,
-    )
-
-    names = [port.get_any_name() for port in ov.Core().read_model(str(fp32_xml)).inputs]
-    quantized = nncf.quantize(
-        ov.Core().read_model(str(fp32_xml)),
-        nncf.Dataset(calibration, lambda feed: {n: feed[n] for n in names}),
-        model_type=nncf.ModelType.TRANSFORMER,
-        subset_size=len(calibration),
-        advanced_parameters=AdvancedQuantizationParameters(
-            smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=alpha)
-        ),
-    )
-    dest.mkdir(parents=True, exist_ok=True)
-    ov.save_model(quantized, str(dest / "encoder.xml"))
-    return dest / "encoder.xml"
+    smooth_quant = True if alpha is None else False if alpha == -1 else alpha
+    return quantize_int8(fp32_xml, calibration, dest, smooth_quant=smooth_quant, overwrite=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -451,7 +451,7 @@ def quantize_int8(
     dest_dir: str | os.PathLike,
     ignored_layers: Sequence[str] = (),
     *,
-    smooth_quant: bool = False,
+    smooth_quant: bool | float = False,
     overwrite: bool = False,
 ) -> Path:
     """Static int8 of an export with nncf, calibrated on ``calibration_batches``; return the new
@@ -465,7 +465,8 @@ def quantize_int8(
     the LayerNorms) but without its SmoothQuant pass unless ``smooth_quant``: on MiniLM's STS-B
     dev sentences SmoothQuant (nncf's alpha 0.95) moved 1% of the sentence vectors below cosine
     0.87 to fp32 (the lowest 0.70), against 0.985 (lowest 0.976) without it; alphas 0.25-0.75
-    were in between (docs/quantization.md). A ``dest_dir`` holding this very quantization (same
+    were in between (docs/quantization.md); a number is SmoothQuant's alpha for the MatMuls,
+    ``True`` nncf's own. A ``dest_dir`` holding this very quantization (same
     source, calibration, ignored layers and SmoothQuant choice) is reused.
     """
     ov = _openvino()
@@ -493,7 +494,7 @@ def quantize_int8(
         or hashlib.blake2b(source.read_bytes(), digest_size=16).hexdigest(),
         "calibration": calibration,
         "ignored_layers": ignored,
-        "smooth_quant": bool(smooth_quant),
+        "smooth_quant": smooth_quant,
     }
     dest = Path(dest_dir)
     if _reusable(dest, key, overwrite, "int8 copy"):
@@ -513,12 +514,12 @@ def quantize_int8(
         model_type=nncf.ModelType.TRANSFORMER,
         subset_size=len(batches),  # nncf counts items, here batches: use them all
         ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None,
-        advanced_parameters=None if smooth_quant else _without_smooth_quant(nncf),
+        advanced_parameters=_smooth_quant_parameters(smooth_quant),
     )
     info = {
         **key,
         "method": "nncf post-training static quantization (ModelType.TRANSFORMER"
-        + (")" if smooth_quant else ", SmoothQuant off)"),
+        + (", SmoothQuant off)" if smooth_quant is False else ")"),
         "calibration_batches": len(batches),
         "calibration_rows": int(sum(np.shape(b["input_ids"])[0] for b in batches)),
         "model_type": source_info.get("model_type"),
@@ -529,11 +530,15 @@ def quantize_int8(
     return _save(quantized, dest, info)
 
 
-def _without_smooth_quant(nncf):
-    """nncf's advanced parameters with SmoothQuant switched off (an alpha of -1 disables it)."""
+def _smooth_quant_parameters(smooth_quant: bool | float):
+    """nncf's advanced parameters for ``quantize_int8``'s ``smooth_quant``: None (nncf's own
+    SmoothQuant) for True, else SmoothQuant's MatMul alpha (False: -1, which switches it off)."""
+    if smooth_quant is True:
+        return None
     from nncf.quantization.advanced_parameters import (
         AdvancedQuantizationParameters,
         AdvancedSmoothQuantParameters,
     )
 
-    return AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=-1))
+    alpha = -1 if smooth_quant is False else float(smooth_quant)
+    return AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=alpha))
