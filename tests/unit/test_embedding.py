@@ -15,7 +15,7 @@ from encoder_tasks.tasks.embedding import EmbeddingTask
 from encoder_tasks.tasks.embedding.args import EmbeddingArguments
 from encoder_tasks.tasks.embedding.data import duplicate_keys
 from encoder_tasks.tasks.embedding.evaluation import retrieval_corpus
-from encoder_tasks.tasks.embedding.model import BiEncoder, encode_texts, load_bi_encoder
+from encoder_tasks.tasks.embedding.model import BiEncoder, encode_texts, load_bi_encoder, merged_passes
 from encoder_tasks.tasks.embedding.st_layout import read_max_seq_length, read_sentence_transformers_pooling
 from tests.helpers import write
 
@@ -237,6 +237,40 @@ def test_merged_pass_equals_one_pass_per_group(tiny_bert):
     merged = model.embed_groups(groups)
     for group, vectors in zip(groups, merged):
         assert torch.allclose(vectors, model.embed(**group), atol=1e-5)
+
+
+def test_short_queries_get_their_own_pass_and_like_width_groups_share_one(tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    model = BiEncoder(load_encoder(tiny_bert)).eval()
+    long = " ".join(["word"] * 40)
+    texts = (
+        ["a cat", "dog"],
+        [long, long + " more"],
+        [long + " again", long],
+    )  # queries, passages, negatives
+    groups = [dict(tok(t, padding=True, return_tensors="pt")) for t in texts]
+    widths = [g["input_ids"].shape[1] for g in groups]
+    assert sorted(map(sorted, merged_passes([2, 2, 2], widths))) == [[0], [1, 2]]
+    seen = []
+    original = model.embed
+    model.embed = lambda **g: seen.append(tuple(g["input_ids"].shape)) or original(**g)
+    vectors = model.embed_groups(groups)
+    assert sorted(seen) == sorted([(2, widths[0]), (4, max(widths[1:]))])  # two passes, queries unpadded
+    for group, got in zip(groups, vectors):
+        assert torch.allclose(got, original(**group), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "sizes, widths, allowance",
+    [([32, 32, 32], [18, 128, 120], 1.25), ([16, 16], [30, 28], 1.25), ([8, 8, 8, 8], [10, 50, 12, 48], 1.1),
+     ([4, 30], [100, 20], 2.0), ([5], [7], 1.25)],
+)  # fmt: skip
+def test_every_merged_pass_keeps_its_padding_within_the_allowance(sizes, widths, allowance):
+    passes = merged_passes(sizes, widths, allowance)
+    assert sorted(i for p in passes for i in p) == list(range(len(sizes)))  # each group once
+    for members in passes:
+        padded = sum(sizes[i] for i in members) * max(widths[i] for i in members)
+        assert padded <= allowance * sum(sizes[i] * widths[i] for i in members)
 
 
 def test_sentence_transformers_6_layout_is_read(tmp_path):

@@ -41,6 +41,39 @@ class EmbeddingOutput(ModelOutput):
     embeddings: torch.Tensor | None = None
 
 
+#: How much padding a merged pass may add: merging while the padded tokens stay within this
+#: factor of the groups' own. One merged pass over like-width groups ran 1.29x faster than a pass
+#: per group (benchmarks/results/embedding-contenders-steps-20261201-170003.json), so padding
+#: that adds a quarter still pays; a query group padded to its passages' width (5-10x) does not.
+MERGE_PADDING_ALLOWANCE = 1.25
+
+
+def merged_passes(
+    sizes: list[int], widths: list[int], allowance: float = MERGE_PADDING_ALLOWANCE
+) -> list[list[int]]:
+    """Which groups to embed together: lists of group indices, widest first, where each list's
+    tokens padded to its widest group stay within ``allowance`` of the groups' own tokens.
+
+    Example:
+        >>> merged_passes([32, 32, 32], [18, 128, 120])  # queries alone; passage and negative merge
+        [[1, 2], [0]]
+        >>> merged_passes([16, 16], [30, 28])  # sentence pairs of like length: one pass
+        [[0, 1]]
+    """
+    order = sorted(range(len(sizes)), key=lambda i: -widths[i])
+    passes: list[list[int]] = []
+    for i in order:
+        if passes:
+            members = passes[-1]
+            width = widths[members[0]]  # the widest, since groups come widest first
+            own = sum(sizes[j] * widths[j] for j in members) + sizes[i] * widths[i]
+            if (sum(sizes[j] for j in members) + sizes[i]) * width <= allowance * own:
+                members.append(i)
+                continue
+        passes.append([i])
+    return passes
+
+
 class BiEncoder(EncoderWithHead):
     """Encoder + pooling (+ L2 normalisation): one vector per text, and the training loss.
 
@@ -140,19 +173,26 @@ class BiEncoder(EncoderWithHead):
         return self.loss_fn(anchors, positives, negatives)
 
     def embed_groups(self, groups: list[dict]) -> list[torch.Tensor]:
-        """Embeddings of several groups of texts (anchors, positives, negatives) in one encoder
-        pass: the groups are right-padded to the longest and stacked. On a CPU one pass over
-        2 x 16 texts is faster than two over 16 (bigger matrix products; measured in
-        ``benchmarks/bench_embedding_contenders.py --phase steps``), and sentence-transformers
-        merges its columns the same way. Padding is masked, so each text's vector is what a
-        pass of its own group gives (to float rounding)."""
+        """Embeddings of several groups of texts (anchors, positives, negatives), groups of a
+        like width sharing one encoder pass (right-padded to the widest and stacked; see
+        :func:`merged_passes`). On a CPU one pass over 2 x 16 texts is faster than two over 16
+        (bigger matrix products; measured in ``benchmarks/bench_embedding_contenders.py --phase
+        steps``), but padding short queries to their passages' width costs more than it saves.
+        Padding is masked, so each text's vector is what a pass of its own group gives (to float
+        rounding)."""
         if len(groups) == 1 or self.padding_free or any(set(g) != set(groups[0]) for g in groups):
             return [self.embed(**g) for g in groups]
-        width = max(g["input_ids"].shape[1] for g in groups)
-        merged = {
-            key: torch.cat([F.pad(g[key], (0, width - g[key].shape[1])) for g in groups]) for key in groups[0]
-        }
-        return list(self.embed(**merged).split([g["input_ids"].shape[0] for g in groups]))
+        vectors: list = [None] * len(groups)
+        shapes = [tuple(g["input_ids"].shape) for g in groups]
+        for members in merged_passes([s[0] for s in shapes], [s[1] for s in shapes]):
+            width = max(shapes[i][1] for i in members)
+            merged = {
+                key: torch.cat([F.pad(groups[i][key], (0, width - shapes[i][1])) for i in members])
+                for key in groups[0]
+            }
+            for i, part in zip(members, self.embed(**merged).split([shapes[i][0] for i in members])):
+                vectors[i] = part
+        return vectors
 
     # ---- saving: sentence-transformers layout --------------------------------------------
     def save_pretrained(self, output_dir, state_dict: dict | None = None) -> None:
