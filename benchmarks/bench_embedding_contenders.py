@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_embedding_contenders --seeds 3 --work /tmp/bench-st
     python -m benchmarks.bench_embedding_contenders --profile 20 --work /tmp/bench-st   # where the time goes
+    python -m benchmarks.bench_embedding_contenders --phase padding   # what padding to a multiple of 8 costs
 
 Same data and budget for both: the recipe ``recipes/embedding/default.yaml`` (2,000 STS-B
 training pairs, shuffled by the seed exactly as the toolkit's ``--max_train_samples`` does;
@@ -216,6 +217,41 @@ def step_times(batches: int = 8, repeats: int = 1) -> dict:
             for name, v in seconds.items()}  # fmt: skip
 
 
+def padding_times(batches: int = 12) -> dict:
+    """Forward + backward of the toolkit's model (CoSENT, 16 STS-B pairs a batch) with the batch
+    padded to a multiple of 8 (``--pad_to_multiple_of``'s default) and to its longest text (what
+    sentence-transformers does), interleaved batch by batch on the same batches after a warm-up
+    round: what the multiple costs on this device."""
+    import statistics
+
+    import torch
+
+    from encoder_tasks.backbone import load_encoder, load_tokenizer
+    from encoder_tasks.tasks.embedding.model import BiEncoder
+
+    path = minilm_path()
+    tokenizer = load_tokenizer(path)
+    model = BiEncoder(load_encoder(path), loss="cosent").train()
+    data = read_stsb("sts-train.csv").shuffle(seed=42).select(range(16 * batches))
+    chunks = [data.select(range(i, i + 16)) for i in range(0, len(data), 16)]
+    variants = {"padded to a multiple of 8 (default)": 8, "padded to the longest text": None}
+    seconds = {name: [] for name in variants}
+    tokens = dict.fromkeys(variants, 0)
+    for round_ in range(2):
+        for b in chunks:
+            for name, multiple in variants.items():
+                a, p = (dict(tokenizer(list(b[c]), padding=True, truncation=True, max_length=SETTINGS["max_length"],
+                                       pad_to_multiple_of=multiple, return_tensors="pt"))
+                        for c in ("sentence1", "sentence2"))  # fmt: skip
+                start = time.perf_counter()
+                model(anchor=a, positive=p, labels=torch.tensor(b["score"]) / 5).loss.backward()
+                if round_:
+                    seconds[name].append(time.perf_counter() - start)
+                    tokens[name] += a["input_ids"].numel() + p["input_ids"].numel()
+    return {name: {"median_seconds": statistics.median(v), "total_seconds": sum(v), "steps": len(v),
+                   "tokens": tokens[name]} for name, v in seconds.items()}  # fmt: skip
+
+
 def _cell(value, digits: int) -> str:
     if value is None:
         return "-"
@@ -233,8 +269,9 @@ def main() -> None:
     parser.add_argument(
         "--toolkit_flags", default="", help="extra flags for the toolkit's train (A/B checks)"
     )
-    parser.add_argument("--phase", choices=("train", "steps"), default="train",
-                        help="train: both trainers end to end per seed; steps: forward+backward per batch")  # fmt: skip
+    parser.add_argument("--phase", choices=("train", "steps", "padding"), default="train",
+                        help="train: both trainers end to end per seed; steps: forward+backward per batch; "
+                             "padding: the toolkit's step padded to a multiple of 8 vs to the longest text")  # fmt: skip
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     flags = tuple(args.toolkit_flags.split())
@@ -248,6 +285,17 @@ def main() -> None:
                  "rows": [[r["contender"], f"{r['median_seconds']:.3f}", f"{r['total_seconds']:.1f}"] for r in rows]}  # fmt: skip
         path = save_results("embedding-contenders-steps", {"command": invocation("bench_embedding_contenders"),
                                                             "steps": result, "tables": {"steps": table}})  # fmt: skip
+        print(f"saved {path}")
+        return
+    if args.phase == "padding":
+        result = padding_times()
+        table = {"columns": ["toolkit model, forward + backward of one batch of 16 pairs", "median (s)",
+                             "total (s)", "tokens in the batches"],
+                 "rows": [[name, f"{v['median_seconds']:.3f}", f"{v['total_seconds']:.2f}", v["tokens"]]
+                          for name, v in result.items()]}  # fmt: skip
+        print_table([dict(zip(table["columns"], r)) for r in table["rows"]], table["columns"])
+        path = save_results("embedding-contenders-padding", {"command": invocation("bench_embedding_contenders"),
+                                                              "padding": result, "tables": {"padding": table}})  # fmt: skip
         print(f"saved {path}")
         return
     if args.profile:
