@@ -161,13 +161,36 @@ def profile(work: Path, steps: int, toolkit_flags: tuple[str, ...]) -> dict:
     return out
 
 
+def stsb_batches(batches: int) -> list[dict]:
+    """The first ``16 * batches`` STS-B training pairs (shuffled by seed 42) as batches of 16:
+    ``{"sentence1": [...], "sentence2": [...], "score": [...]}`` each."""
+    data = read_stsb("sts-train.csv").shuffle(seed=42).select(range(16 * batches))
+    return [{k: list(data.select(range(i, i + 16))[k]) for k in ("sentence1", "sentence2", "score")}
+            for i in range(0, len(data), 16)]  # fmt: skip
+
+
+def interleaved_seconds(runs: dict, batches: list, repeats: int = 1) -> dict:
+    """Each of ``runs``' steps timed on every batch, the runs interleaved batch by batch so they
+    share the machine's state; ``repeats`` timed rounds after an untimed warm-up round."""
+    import statistics
+
+    seconds = {name: [] for name in runs}
+    for round_ in range(repeats + 1):
+        for b in batches:
+            for name, step in runs.items():
+                start = time.perf_counter()
+                step(b)
+                if round_:
+                    seconds[name].append(time.perf_counter() - start)
+    return {name: {"median_seconds": statistics.median(v), "total_seconds": sum(v), "steps": len(v)}
+            for name, v in seconds.items()}  # fmt: skip
+
+
 def step_times(batches: int = 8, repeats: int = 1) -> dict:
     """Forward + backward of one training batch (16 pairs, CoSENT), no optimiser: the toolkit's
     model embedding the two columns in two encoder passes (as before the fix), in one merged
     pass (``BiEncoder.embed_groups``, now the default), and sentence-transformers' model and loss,
     interleaved batch by batch on the same batches; the first round is a warm-up."""
-    import statistics
-
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.losses import CoSENTLoss as StCoSENT
@@ -182,9 +205,7 @@ def step_times(batches: int = 8, repeats: int = 1) -> dict:
     st.max_seq_length = SETTINGS["max_length"]
     st.train()
     st_loss = StCoSENT(st)
-    data = read_stsb("sts-train.csv").shuffle(seed=42).select(range(16 * batches))
-    chunks = [{k: list(data.select(range(i, i + 16))[k]) for k in ("sentence1", "sentence2", "score")}
-              for i in range(0, len(data), 16)]  # fmt: skip
+    chunks = stsb_batches(batches)
 
     def tok(texts):
         return dict(tokenizer(texts, padding=True, truncation=True, max_length=SETTINGS["max_length"],
@@ -205,25 +226,14 @@ def step_times(batches: int = 8, repeats: int = 1) -> dict:
 
     runs = {"toolkit, two encoder passes (before)": two_passes, "toolkit, one merged pass (now)": merged,
             "sentence-transformers": sentence_transformers}  # fmt: skip
-    seconds = {name: [] for name in runs}
-    for round_ in range(repeats + 1):
-        for b in chunks:
-            for name, step in runs.items():
-                start = time.perf_counter()
-                step(b)
-                if round_:
-                    seconds[name].append(time.perf_counter() - start)
-    return {name: {"median_seconds": statistics.median(v), "total_seconds": sum(v), "steps": len(v)}
-            for name, v in seconds.items()}  # fmt: skip
+    return interleaved_seconds(runs, chunks, repeats)
 
 
 def padding_times(batches: int = 12) -> dict:
     """Forward + backward of the toolkit's model (CoSENT, 16 STS-B pairs a batch) with the batch
     padded to a multiple of 8 (``--pad_to_multiple_of``'s default) and to its longest text (what
     sentence-transformers does), interleaved batch by batch on the same batches after a warm-up
-    round: what the multiple costs on this device."""
-    import statistics
-
+    round (tokenised before, outside the timing): what the multiple costs on this device."""
     import torch
 
     from encoder_tasks.backbone import load_encoder, load_tokenizer
@@ -232,24 +242,24 @@ def padding_times(batches: int = 12) -> dict:
     path = minilm_path()
     tokenizer = load_tokenizer(path)
     model = BiEncoder(load_encoder(path), loss="cosent").train()
-    data = read_stsb("sts-train.csv").shuffle(seed=42).select(range(16 * batches))
-    chunks = [data.select(range(i, i + 16)) for i in range(0, len(data), 16)]
+    chunks = stsb_batches(batches)
     variants = {"padded to a multiple of 8 (default)": 8, "padded to the longest text": None}
-    seconds = {name: [] for name in variants}
-    tokens = dict.fromkeys(variants, 0)
-    for round_ in range(2):
-        for b in chunks:
-            for name, multiple in variants.items():
-                a, p = (dict(tokenizer(list(b[c]), padding=True, truncation=True, max_length=SETTINGS["max_length"],
+    features = {name: [[dict(tokenizer(b[c], padding=True, truncation=True, max_length=SETTINGS["max_length"],
                                        pad_to_multiple_of=multiple, return_tensors="pt"))
-                        for c in ("sentence1", "sentence2"))  # fmt: skip
-                start = time.perf_counter()
-                model(anchor=a, positive=p, labels=torch.tensor(b["score"]) / 5).loss.backward()
-                if round_:
-                    seconds[name].append(time.perf_counter() - start)
-                    tokens[name] += a["input_ids"].numel() + p["input_ids"].numel()
-    return {name: {"median_seconds": statistics.median(v), "total_seconds": sum(v), "steps": len(v),
-                   "tokens": tokens[name]} for name, v in seconds.items()}  # fmt: skip
+                        for c in ("sentence1", "sentence2")] for b in chunks]
+                for name, multiple in variants.items()}  # fmt: skip
+
+    def step(name):
+        def run(i):
+            a, p = features[name][i]
+            model(anchor=a, positive=p, labels=torch.tensor(chunks[i]["score"]) / 5).loss.backward()
+
+        return run
+
+    timed = interleaved_seconds({name: step(name) for name in variants}, range(len(chunks)))
+    for name, value in timed.items():
+        value["tokens"] = sum(g["input_ids"].numel() for pair in features[name] for g in pair)
+    return timed
 
 
 def _cell(value, digits: int) -> str:
