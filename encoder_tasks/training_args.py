@@ -8,6 +8,8 @@ Defaults are chosen to serve any dataset, not one we can see:
 - length-grouped training batches (less padding); or, with
   ``--max_tokens_per_batch``, batches of a token budget (see :mod:`encoder_tasks.token_batches`),
 - non-padding tokens counted, so real tokens per second can be reported,
+- batches padded to a multiple of 8 on accelerators and in bf16, to the longest text only for
+  fp32 on a CPU (``--pad_to_multiple_of auto``),
 - padding-free attention on GPUs with a FlashAttention encoder (``--padding_free auto``; see
   :mod:`encoder_tasks.padding_free`),
 - the accelerator when there is one (CUDA, Apple MPS, Intel XPU); the CPU without one, or
@@ -179,9 +181,13 @@ class EncoderTrainingArguments(TrainingArguments):
     include_num_input_tokens_seen: str = field(
         default="non_padding", metadata={"help": "Count input tokens: non_padding (default), all, no."}
     )
-    pad_to_multiple_of: int | None = field(
-        default=8,
-        metadata={"help": "Pad batches to a multiple of this (tensor-core friendly); 0 or none to disable."},
+    pad_to_multiple_of: str | None = field(
+        default="auto",
+        metadata={
+            "help": "Pad batches to a multiple of this: a number, 0 or none (to the longest text only), or "
+            "auto (default: 8 on an accelerator and with bf16 on a CPU, where matrix units work on multiples "
+            "of 8; none for fp32 on a CPU, where the extra tokens are only extra work)."
+        },
     )
 
     mixed_precision: str = field(
@@ -236,7 +242,10 @@ class EncoderTrainingArguments(TrainingArguments):
             # on the CPU. With one (CUDA, Apple MPS, Intel XPU) the CPU is used only on request.
             # (transformers also accepts bf16 without an accelerator only when told so.)
             self.use_cpu = True
-        elif not self.use_cpu and accelerator != "cuda":
+        self.pad_to_multiple_of = resolve_padding_multiple(
+            self.pad_to_multiple_of, on_cpu=self.use_cpu, half_precision=self.bf16 or self.fp16
+        )
+        if not self.use_cpu and accelerator is not None and accelerator != "cuda":
             precision = "bf16 autocast" if self.bf16 else "fp16 autocast" if self.fp16 else "fp32"
             logger.info(
                 "training on %s (%s); --use_cpu true trains on the CPU",
@@ -304,6 +313,44 @@ class EncoderTrainingArguments(TrainingArguments):
         self.bf16 = choice == "bf16"
         self.fp16 = choice == "fp16"
         self.mixed_precision = choice
+
+
+#: ``--pad_to_multiple_of auto`` on an accelerator, and on a CPU in bf16/fp16.
+PADDING_MULTIPLE = 8
+
+
+def resolve_padding_multiple(value, *, on_cpu: bool, half_precision: bool) -> int | None:
+    """The padding multiple ``--pad_to_multiple_of`` means: an int, or None for none.
+
+    ``auto`` is :data:`PADDING_MULTIPLE` where matrix units work on multiples of 8 (GPUs'
+    tensor cores; AMX and AVX512-BF16 in bf16), and None for fp32 on a CPU. There padding to 8
+    added 10.8% tokens and 11% time to a MiniLM training step on STS-B batches
+    (benchmarks/results/embedding-contenders-padding-20261203-142241.json, an AVX2 CPU).
+
+    Example:
+        >>> resolve_padding_multiple("auto", on_cpu=True, half_precision=False) is None
+        True
+        >>> resolve_padding_multiple("auto", on_cpu=False, half_precision=False)
+        8
+        >>> resolve_padding_multiple("16", on_cpu=True, half_precision=False), resolve_padding_multiple("none", on_cpu=True, half_precision=False)
+        (16, None)
+    """
+    from .errors import UserError
+
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text == "auto":
+        return None if on_cpu and not half_precision else PADDING_MULTIPLE
+    if text in ("none", "0"):
+        return None
+    try:
+        multiple = int(text)
+    except ValueError:
+        multiple = -1
+    if multiple < 0:
+        raise UserError(f"--pad_to_multiple_of must be a positive number, 0, none or auto, found {value!r}")
+    return multiple
 
 
 #: Fewer optimiser steps than this at batch 16 and a supervised task gets batch 8 (when the

@@ -249,7 +249,9 @@ CASES = {
     "pair": Case("pair", same_key_rows, "csv", "eval_accuracy", 0.9, 12),
     "ner-softmax": Case("ner", tagged_conll, "conll", "eval_f1_strict", 0.9, 4, train_rows=128),
     "ner-crf": Case("ner", tagged_conll, "conll", "eval_f1_strict", 0.9, 4, ("--crf",), train_rows=128),
-    "qa": Case("qa", cued_squad, "json", "eval_f1", 80.0, 6, ("--max_length", "48", "--doc_stride", "16")),
+    # 10 epochs: at 6, F1 over seeds 1-5 ranged 38-100 whatever the padding, and this seed fell
+    # from 95.8 to 76.7 when batches stopped being padded to 8 on a CPU (other dropout draws).
+    "qa": Case("qa", cued_squad, "json", "eval_f1", 80.0, 10, ("--max_length", "48", "--doc_stride", "16")),
     "embedding": Case("embedding", synonym_pairs, "tsv", "eval_cosine_spearman", 0.8, 6),
     "mlm": Case(
         "mlm",

@@ -66,7 +66,7 @@ def test_other_tasks_learn_with_token_budget_batches(learner, tmp_path, name):
     dev = write(tmp_path / f"dev.{case.suffix}", case.rows(SEED + 1, 48))
     flags = [*QUIET, "--seed", str(SEED), "--learning_rate", "5e-3", *case.flags]
     # 128 tokens: about the case's own batch at its texts' length (QA windows of 16 tokens: 8), so
-    # about its number of steps; at 256 (half the steps) QA reached F1 37 in its 6 epochs.
+    # about its number of steps; at 256 (half the steps) QA reached F1 37 in the 6 epochs it then had.
     flags += ["--num_train_epochs", str(case.epochs), "--max_tokens_per_batch", "128"]
     metrics = run_train(case.task, learner, train, tmp_path / "run", *flags, validation=dev)
     assert metrics[case.metric] >= case.threshold, metrics

@@ -98,6 +98,42 @@ def test_bad_mixed_precision():
         parse_args([EncoderTrainingArguments], ["--output_dir", "x", "--mixed_precision", "fp8"])
 
 
+@pytest.mark.parametrize(
+    "flags, native, expected",
+    [
+        ([], False, None),  # fp32 on a CPU: the longest text only
+        ([], True, 8),  # bf16 on a CPU: AMX/AVX512-BF16 tiles
+        (["--mixed_precision", "no"], True, None),
+        (["--pad_to_multiple_of", "8"], False, 8),
+        (["--pad_to_multiple_of", "16"], True, 16),
+        (["--pad_to_multiple_of", "none"], True, None),
+        (["--pad_to_multiple_of", "0"], True, None),
+    ],
+)
+def test_pad_to_multiple_of_auto_follows_the_device(monkeypatch, flags, native, expected):
+    from encoder_tasks import training_args
+
+    monkeypatch.setattr(training_args, "native_bf16_available", lambda use_cpu=False: native)
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    (args,) = parse_args([EncoderTrainingArguments], ["--output_dir", "x", *flags])
+    assert args.pad_to_multiple_of == expected
+
+
+def test_pad_to_multiple_of_on_an_accelerator_is_8():
+    from encoder_tasks.training_args import resolve_padding_multiple
+
+    assert resolve_padding_multiple("auto", on_cpu=False, half_precision=False) == 8
+    assert resolve_padding_multiple(None, on_cpu=False, half_precision=True) is None
+
+
+@pytest.mark.parametrize("value", ["eight", "-8"])
+def test_bad_pad_to_multiple_of(value):
+    with pytest.raises(
+        UserError, match=f"--pad_to_multiple_of must be a positive number, 0, none or auto, found '{value}'"
+    ):
+        parse_args([EncoderTrainingArguments], ["--output_dir", "x", "--pad_to_multiple_of", value])
+
+
 def test_accelerate_configs_load_with_accelerate():
     from accelerate.commands.config.config_args import load_config_from_file
 
