@@ -324,8 +324,9 @@ def resolve_padding_multiple(value, *, on_cpu: bool, half_precision: bool) -> in
 
     ``auto`` is :data:`PADDING_MULTIPLE` where matrix units work on multiples of 8 (GPUs'
     tensor cores; AMX and AVX512-BF16 in bf16), and None for fp32 on a CPU. There padding to 8
-    added 10.8% tokens and 11% time to a MiniLM training step on STS-B batches
-    (benchmarks/results/embedding-contenders-padding-20261203-142241.json, an AVX2 CPU).
+    cost a MiniLM training step +8% to +16% on classification, NER and pair batches
+    (benchmarks/results/padding-20261203-155449.json, ``benchmarks/bench_padding.py``) and +11%
+    on embedding's (embedding-contenders-padding-20261203-142241.json), on an AVX2 CPU.
 
     Example:
         >>> resolve_padding_multiple("auto", on_cpu=True, half_precision=False) is None

@@ -94,7 +94,17 @@ def test_a_model_that_fails_to_load_makes_the_process_exit_1(task_runs, tmp_path
 
 def test_sigterm_past_the_drain_timeout_answers_json_503_and_exits_0(task_runs):
     process, url = serve_process(
-        [f"sst2={task_runs['classification'].model_dir}", "--drain_timeout", "1", "--batch_size", "1"]
+        # All 16 requests must be queued when SIGTERM comes: --max_queue_wait_ms at 10 minutes, since
+        # at its default (--request_timeout, 30 s) a busy CI machine's estimate shed the last ones.
+        [
+            f"sst2={task_runs['classification'].model_dir}",
+            "--drain_timeout",
+            "1",
+            "--batch_size",
+            "1",
+            "--max_queue_wait_ms",
+            "600000",
+        ]
     )
     heavy = {"inputs": [{"text": f"a fine film and a long review number {i}"} for i in range(256)]}
     try:
