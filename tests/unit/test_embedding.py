@@ -324,3 +324,15 @@ def test_sentence_transformers_loads_the_export_silently_and_equal(tmp_path, tin
     theirs = st.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts, convert_to_numpy=True)
     ours = np.asarray(encode_texts(model, load_tokenizer(out), texts))
     np.testing.assert_allclose(theirs, ours, atol=1e-6, rtol=0)
+
+
+def test_rounded_rows_equal_python_round_on_every_value():
+    """The vectorised rounding behind encode and serve writes what ``round(float(x), 7)`` does."""
+    from encoder_tasks.tasks.embedding.predict import rounded_rows
+
+    rng = np.random.default_rng(0)
+    vectors = np.concatenate(
+        [rng.standard_normal((200, 384)) * 0.05, rng.standard_normal((50, 384)) * 30]
+    ).astype(np.float32)
+    assert rounded_rows(vectors) == [[round(float(x), 7) for x in row] for row in vectors]
+    assert rounded_rows(vectors, 3) == [[round(float(x), 3) for x in row] for row in vectors]

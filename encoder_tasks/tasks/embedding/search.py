@@ -27,7 +27,7 @@ from ...data import LINE_COLUMN, Split, resolve_column
 from ...data.columns import column_texts
 from ...errors import UserError
 from .args import EncodeArguments, RetrieveArguments
-from .predict import encode_for, load_model
+from .predict import encode_for, load_model, rounded_rows
 from .sparse import is_sparse
 
 logger = logging.getLogger(__name__)
@@ -131,8 +131,7 @@ def encode_file(args: EncodeArguments) -> dict:
         def records(split):
             texts, ids, vectors = vectors_of(split)
             return [
-                {"id": i, "text": t, "embedding": [round(float(x), 7) for x in v]}
-                for i, t, v in zip(ids, texts, vectors)
+                {"id": i, "text": t, "embedding": v} for i, t, v in zip(ids, texts, rounded_rows(vectors))
             ]
 
         stream_predictions(args, chunks, records, what=lambda: f"embeddings ({seen['dimension']} dimensions)")
