@@ -141,8 +141,20 @@ def max_tokens(predictor) -> int:
     return int(predictor.args.max_length or saved or min(predictor.tokenizer.model_max_length, 512))
 
 
+#: Texts that total at most this many characters are counted on the event loop, longer ones on
+#: a worker thread. A sentence's count takes ~40 us; the trip to a thread and back cost a
+#: one-sentence request more than that, and under load each trip is two more hand-overs of
+#: the GIL between threads (benchmarks/README.md, "Serving: where a request's time goes").
+INLINE_COUNT_CHARACTERS = 1000
+
+
 async def token_lengths(served, sequences: list[tuple[str, ...]]) -> list[int]:
-    """:meth:`ServedModel.token_lengths` off the event loop."""
+    """:meth:`ServedModel.token_lengths`: on the event loop for short texts (while no worker
+    thread is counting), else off it, so a long request never holds the loop."""
+    if sum(len(text) for sequence in sequences for text in sequence) <= INLINE_COUNT_CHARACTERS:
+        counted = served.token_lengths(sequences, wait=False)
+        if counted is not None:
+            return counted
     return await asyncio.to_thread(served.token_lengths, sequences)
 
 

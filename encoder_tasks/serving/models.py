@@ -279,12 +279,18 @@ class ServedModel:
                 where,
             )
 
-    def token_lengths(self, sequences: list[tuple[str, ...]]) -> list[int]:
+    def token_lengths(self, sequences: list[tuple[str, ...]], wait: bool = True) -> list[int] | None:
         """Tokens per sequence (a text, or a pair encoded together), special tokens included,
-        counted on this model's second tokenizer (blocking: call it off the event loop)."""
-        with self._count_lock:
+        counted on this model's second tokenizer (blocking: call it off the event loop).
+        ``wait=False``: None at once when another thread is counting (the event loop must not
+        wait for a worker thread's long count)."""
+        if not self._count_lock.acquire(blocking=wait):
+            return None
+        try:
             tokenizer = self._counter.tokenizer
             return [len(tokenizer(*seq, add_special_tokens=True)["input_ids"]) for seq in sequences]
+        finally:
+            self._count_lock.release()
 
     async def predict(
         self,

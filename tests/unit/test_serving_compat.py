@@ -155,3 +155,62 @@ def test_bad_predict_inputs_are_refused_by_field(value, field, message):
     error = refused(predict_inputs, value)
     assert (error.status, error.field) == (400, field)
     assert error.message.startswith(f"{field}: {message}")
+
+
+class CountingModel:
+    """A served model's token counting: which thread counted, and a lock another thread may hold."""
+
+    def __init__(self):
+        import threading
+
+        self.lock, self.threads = threading.Lock(), []
+
+    def token_lengths(self, sequences, wait=True):
+        import threading
+
+        if not self.lock.acquire(blocking=wait):
+            return None
+        try:
+            self.threads.append(threading.current_thread().name)
+            return [len(" ".join(sequence).split()) for sequence in sequences]
+        finally:
+            self.lock.release()
+
+
+def test_short_texts_are_counted_on_the_event_loop_and_long_ones_off_it():
+    import asyncio
+    import threading
+
+    from encoder_tasks.serving.compat_openai import INLINE_COUNT_CHARACTERS, token_lengths
+
+    model = CountingModel()
+    short, long = ["a cat sat"], ["word " * (INLINE_COUNT_CHARACTERS // 5 + 1)]
+
+    async def count(texts):
+        return await token_lengths(model, [(t,) for t in texts])
+
+    assert asyncio.run(count(short)) == [3]
+    assert asyncio.run(count(long)) == [INLINE_COUNT_CHARACTERS // 5 + 1]
+    main, worker = model.threads
+    assert main == threading.main_thread().name and worker != main
+
+
+def test_the_event_loop_never_waits_for_another_threads_count():
+    """While a worker thread holds the counter, a short request is counted on a thread too."""
+    import asyncio
+    import threading
+
+    from encoder_tasks.serving.compat_openai import token_lengths
+
+    model = CountingModel()
+    model.lock.acquire()  # a long count in progress elsewhere
+
+    async def count():
+        task = asyncio.ensure_future(token_lengths(model, [("a cat",)]))
+        await asyncio.sleep(0.05)
+        assert not task.done()  # waiting off the loop, which still runs
+        model.lock.release()
+        return await task
+
+    assert asyncio.run(count()) == [2]
+    assert model.threads != [threading.main_thread().name]
