@@ -289,6 +289,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="Measure every serving row this many times, in alternating order; each level keeps its median round.",
     )
+    parser.add_argument(
+        "--serve_interleave",
+        type=int,
+        default=0,
+        help="Run every serving row's server at once and measure them in this many alternating "
+        "bursts of --requests / N each (0: one server after the other, --serve_rounds times).",
+    )
     parser.add_argument("--list", action="store_true", help="List the contenders and exit.")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -996,6 +1003,7 @@ async def closed_loop(
         **{f"p{q}_ms": _ms(percentile(latencies, q)) for q in (50, 90, 99)},
         "client_cpu_seconds": round(run.client_cpu_seconds, 2),
         "_vectors": vectors,
+        "_latencies": latencies,
     }
 
 
@@ -1177,10 +1185,8 @@ def model_with_onnx(ctx: dict, int8: bool = False) -> Path:
     return folder
 
 
-def run_server(contender: Contender, ctx: dict) -> dict:
-    """One server: started, warmed up, loaded at each concurrency, stopped (always)."""
-    import numpy as np
-
+def server_plan(contender: Contender, ctx: dict) -> dict:
+    """How one serving contender starts: its command, readiness path, route and folder to run in."""
     args = ctx["args"]
     python = ctx["python_of"](contender.env)
     port = free_port()
@@ -1195,21 +1201,26 @@ def run_server(contender: Contender, ctx: dict) -> dict:
         source = BY_NAME[contender.params["quantized"]]
         model = toolkit_quantize(source, source.params["quantize"], ctx)
     command, ready, route = serve_command(contender, python, model, port, args.batch_size)
-    log = ctx["rows_dir"] / f"{contender.name}.server.log"
-    texts = ctx["sentences"]
-    levels = []
-    with Server(command, port, ready, log, child_env(), cwd=cwd) as server:
-        url = server.url + route
-        # Each level starts where the last stopped: no level re-sends what a server may have cached.
-        offset = len(texts) - WARMUP_REQUESTS
-        asyncio.run(closed_loop(url, texts, 8, WARMUP_REQUESTS, args.max_seconds, offset))  # untimed
-        offset = 0
-        for level in args.levels:
-            levels.append(
-                asyncio.run(closed_loop(url, texts, level, args.requests, args.max_seconds, offset))
-            )
-            offset += levels[-1]["sent"]
-    # The answers checked against sentence-transformers' vectors, where that row ran.
+    return {"command": command, "ready": ready, "route": route, "port": port, "cwd": cwd}
+
+
+def start_server(contender: Contender, plan: dict, ctx: dict) -> Server:
+    return Server(
+        plan["command"], plan["port"], plan["ready"], ctx["rows_dir"] / f"{contender.name}.server.log",
+        child_env(), cwd=plan["cwd"],
+    )  # fmt: skip
+
+
+def warm_up(url: str, texts: list[str], max_seconds: float) -> None:
+    """Untimed requests from the end of the sentences (no timed level sends them)."""
+    asyncio.run(closed_loop(url, texts, 8, WARMUP_REQUESTS, max_seconds, len(texts) - WARMUP_REQUESTS))
+
+
+def agreement_with_reference(levels: list[dict], ctx: dict) -> dict | None:
+    """The answers' vectors against sentence-transformers' (the ``st-fp32`` row's), where it ran;
+    the kept vectors and latencies leave the levels here."""
+    import numpy as np
+
     reference = ctx["rows_dir"] / f"{REFERENCE}.npy"
     agreement = None
     if reference.is_file():
@@ -1225,8 +1236,131 @@ def run_server(contender: Contender, ctx: dict) -> dict:
             "min_cosine_vs_st_fp32": round(min(cosines), 6) if cosines else None,
         }
     for level in levels:
-        level.pop("_vectors")
-    return {"command": " ".join(command), "route": route, "levels": levels, "agreement": agreement}
+        level.pop("_vectors", None)
+        level.pop("_latencies", None)
+    return agreement
+
+
+def run_server(contender: Contender, ctx: dict) -> dict:
+    """One server: started, warmed up, loaded at each concurrency, stopped (always)."""
+    args = ctx["args"]
+    plan = server_plan(contender, ctx)
+    texts = ctx["sentences"]
+    levels = []
+    with start_server(contender, plan, ctx) as server:
+        url = server.url + plan["route"]
+        warm_up(url, texts, args.max_seconds)
+        # Each level starts where the last stopped: no level re-sends what a server may have cached.
+        offset = 0
+        for level in args.levels:
+            levels.append(
+                asyncio.run(closed_loop(url, texts, level, args.requests, args.max_seconds, offset))
+            )
+            offset += levels[-1]["sent"]
+    agreement = agreement_with_reference(levels, ctx)
+    return {
+        "command": " ".join(plan["command"]),
+        "route": plan["route"],
+        "levels": levels,
+        "agreement": agreement,
+    }
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its threads so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pooled_level(bursts: list[dict]) -> dict:
+    """One load level from its bursts: requests over seconds of all of them, percentiles of every
+    latency, each burst's rate beside it.
+
+    Example:
+        >>> b = [{"concurrency": 2, "sent": 2, "completed": 2, "errors": {}, "seconds": 1.0,
+        ...       "client_cpu_seconds": 0.1, "_latencies": [0.1, 0.3], "_vectors": {0: [1.0]}},
+        ...      {"concurrency": 2, "sent": 2, "completed": 2, "errors": {"500": 1}, "seconds": 3.0,
+        ...       "client_cpu_seconds": 0.1, "_latencies": [0.2, 0.2], "_vectors": {1: [2.0]}}]
+        >>> level = pooled_level(b)
+        >>> level["requests_per_s"], level["p50_ms"], level["errors"], level["bursts_requests_per_s"]
+        (1.0, 200.0, {'500': 1}, [2.0, 0.67])
+    """
+    latencies = [x for burst in bursts for x in burst["_latencies"]]
+    completed = sum(burst["completed"] for burst in bursts)
+    seconds = sum(burst["seconds"] for burst in bursts)
+    errors: dict[str, int] = {}
+    for burst in bursts:
+        for status, n in burst["errors"].items():
+            errors[status] = errors.get(status, 0) + n
+    return {
+        "concurrency": bursts[0]["concurrency"],
+        "sent": sum(burst["sent"] for burst in bursts),
+        "completed": completed,
+        "errors": errors,
+        "seconds": round(seconds, 2),
+        "requests_per_s": round(completed / seconds, 2) if seconds else None,
+        **{f"p{q}_ms": _ms(percentile(latencies, q)) for q in (50, 90, 99)},
+        "client_cpu_seconds": round(sum(burst["client_cpu_seconds"] for burst in bursts), 2),
+        "bursts_requests_per_s": [
+            round(burst["completed"] / burst["seconds"], 2) if burst["seconds"] else None for burst in bursts
+        ],
+        "_vectors": {k: v for burst in bursts for k, v in burst["_vectors"].items()},
+    }
+
+
+def run_servers_interleaved(contenders: list[Contender], ctx: dict, bursts: int) -> dict[str, dict]:
+    """Every server up at once, then ``bursts`` rounds in which each in turn (the order rotated)
+    answers a burst of ``--requests / bursts`` at each concurrency: this 2-core machine's speed
+    drifts by up to 30% within a minute (a matrix-product loop ran 362 then 260 products per half
+    second), so servers measured minutes apart compare the machine's moments, not the servers. A
+    waiting server's CPU while the others are measured is recorded (``idle_cpu_seconds``)."""
+    import contextlib
+
+    args = ctx["args"]
+    texts = ctx["sentences"]
+    per_burst = max(1, args.requests // bursts)
+    plans = {c.name: server_plan(c, ctx) for c in contenders}
+    rows: dict[str, dict] = {}
+    with contextlib.ExitStack() as stack:
+        urls, pids = {}, {}
+        for contender in contenders:
+            try:
+                server = stack.enter_context(start_server(contender, plans[contender.name], ctx))
+            except Exception as exc:  # noqa: BLE001 - one server failing must not lose the others
+                rows[contender.name] = {"error": f"{type(exc).__name__}: {exc}"[:1500]}
+                continue
+            urls[contender.name] = server.url + plans[contender.name]["route"]
+            pids[contender.name] = server.process.pid
+        names = list(urls)
+        for name in names:
+            warm_up(urls[name], texts, args.max_seconds)
+        measured = {name: {level: [] for level in args.levels} for name in names}
+        idle = dict.fromkeys(names, 0.0)
+        offsets = dict.fromkeys(names, 0)
+        for number in range(bursts):
+            shift = number % len(names) if names else 0
+            for name in names[shift:] + names[:shift]:
+                others = {other: process_cpu_seconds(pids[other]) for other in names if other != name}
+                for level in args.levels:
+                    burst = asyncio.run(
+                        closed_loop(urls[name], texts, level, per_burst, args.max_seconds, offsets[name])
+                    )
+                    offsets[name] += burst["sent"]
+                    measured[name][level].append(burst)
+                for other, before in others.items():
+                    idle[other] += process_cpu_seconds(pids[other]) - before
+                print(f"[interleaved] burst {number + 1}/{bursts} {name} done", flush=True)
+        for name in names:
+            levels = [pooled_level(measured[name][level]) for level in args.levels]
+            rows[name] = {
+                "command": " ".join(plans[name]["command"]),
+                "route": plans[name]["route"],
+                "levels": levels,
+                "agreement": agreement_with_reference(levels, ctx),
+                "interleaved": {"bursts": bursts, "requests_per_burst": per_burst, "with": names},
+                "idle_cpu_seconds": round(idle[name], 2),
+            }
+    return rows
 
 
 # ---- tables ---------------------------------------------------------------------------------------
@@ -1488,9 +1622,9 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.serve_rounds if servers else 1
     # Serving rows in rounds: every server once per round, the order reversed each round, so a
     # drift of the machine (or of one process's luck) hits every server alike.
-    plan = [c for c in todo if c.group != "serving"] + [
-        c for number in range(rounds) for c in (servers if number % 2 == 0 else servers[::-1])
-    ]
+    plan = [c for c in todo if c.group != "serving"]
+    if not args.serve_interleave:
+        plan += [c for number in range(rounds) for c in (servers if number % 2 == 0 else servers[::-1])]
     measured: dict[str, list[dict]] = {}
     for contender in plan:
         print(f"[{contender.name}] running ...", flush=True)
@@ -1507,6 +1641,13 @@ def main(argv: list[str] | None = None) -> int:
         row = median_round(measured[contender.name])
         (rows_dir / f"{contender.name}.json").write_text(json.dumps(row, indent=1))
         print(f"[{contender.name}] {_summary(row)}", flush=True)
+    if args.serve_interleave and servers:
+        start = time.time()
+        for name, row in run_servers_interleaved(servers, ctx, args.serve_interleave).items():
+            row["wall_seconds"] = round(time.time() - start, 1)
+            row["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            (rows_dir / f"{name}.json").write_text(json.dumps(row, indent=1))
+            print(f"[{name}] {_summary(row)}", flush=True)
 
     # Every cached row of this size goes into the file, so runs of parts add up to one result.
     contenders, serving = {}, {}

@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -430,3 +431,74 @@ def test_serving_rounds_keep_each_levels_median_round_and_every_rate():
     assert many["rounds_requests_per_s"] == [300.0, 200.0, 250.0]
     assert bench.median_round([{"skipped": "x"}]) == {"skipped": "x"}
     assert bench.median_round([row((1.0, 2.0), (1.0, 1.0))])["levels"][0]["requests_per_s"] == 1.0
+
+
+FAKE_SERVER = """
+import json, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+delay = float(sys.argv[2])
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.answer({})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(delay)
+        self.answer({"data": [{"embedding": [1.0, 0.0]}]})
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+def test_interleaved_servers_are_measured_in_alternating_bursts(tmp_path, monkeypatch):
+    """Two real server processes up at once, a fast and a slow one: every burst of each is kept,
+    the pooled level counts every request, the order rotates, and the faster server is faster."""
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE_SERVER)
+    delays = {"fast": 0.002, "slow": 0.02}
+    contenders = [bench.Contender(name, "serving", "main", "serve", name) for name in delays]
+
+    def plan(contender, ctx):
+        port = bench.free_port()
+        command = [sys.executable, str(script), str(port), str(delays[contender.name])]
+        return {"command": command, "ready": "/ready", "route": "/v1/embeddings", "port": port, "cwd": None}
+
+    order = []
+    real_loop = bench.closed_loop
+
+    async def recording_loop(url, texts, concurrency, requests, max_seconds, offset=0):
+        order.append((url, concurrency))
+        return await real_loop(url, texts, concurrency, requests, max_seconds, offset)
+
+    monkeypatch.setattr(bench, "server_plan", plan)
+    monkeypatch.setattr(bench, "closed_loop", recording_loop)
+    args = types.SimpleNamespace(requests=12, levels=[1, 4], max_seconds=30)
+    ctx = {"args": args, "sentences": ["a", "b", "c"], "rows_dir": tmp_path}
+    rows = bench.run_servers_interleaved(contenders, ctx, bursts=3)
+
+    for name in delays:
+        levels = rows[name]["levels"]
+        assert [lv["concurrency"] for lv in levels] == [1, 4]
+        assert all(lv["completed"] == 12 and len(lv["bursts_requests_per_s"]) == 3 for lv in levels)
+        assert "_vectors" not in levels[0] and "_latencies" not in levels[0]
+        assert rows[name]["interleaved"] == {"bursts": 3, "requests_per_burst": 4, "with": ["fast", "slow"]}
+        assert rows[name]["idle_cpu_seconds"] >= 0
+    assert rows["fast"]["levels"][0]["requests_per_s"] > rows["slow"]["levels"][0]["requests_per_s"]
+    # after the warm-ups, each burst is one server's two levels; the first server of a burst rotates
+    timed = [url for url, concurrency in order if concurrency != 8]
+    firsts = [timed[i] for i in range(0, len(timed), 4)]
+    assert firsts[0] != firsts[1] and firsts[0] == firsts[2]
