@@ -249,17 +249,74 @@ def _int8_precision(args) -> None:
         )
 
 
-def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+#: What one more forward pass costs on a CPU, in padded tokens: a batch is cut into passes of
+#: like lengths where that saves more padding than the passes cost. Chosen with
+#: ``benchmarks/bench_pass_splitting.py`` on STS-B dev sentences (docs/speed.md, "Passes of like
+#: lengths"): the one cost that beat a single pass for torch, ONNX Runtime and OpenVINO fp32 and
+#: OpenVINO int8 on batches of 16 and of 32 texts (1.05x-1.48x).
+CPU_PASS_COST_TOKENS = 64
+
+
+def pass_cost_tokens(model, device) -> int | None:
+    """The pass cost :func:`run_batches` cuts batches with: :data:`CPU_PASS_COST_TOKENS` on a CPU;
+    None (one pass per batch) on an accelerator, which computes a padded row nearly for free and
+    pays more for each extra pass, and for a padding-free model, which computes no padding.
+
+    Example:
+        >>> pass_cost_tokens(torch.nn.Linear(2, 2), "cpu"), pass_cost_tokens(torch.nn.Linear(2, 2), "cuda")
+        (64, None)
+    """
+    if torch.device(device).type != "cpu" or getattr(model, "padding_free", False):
+        return None
+    return CPU_PASS_COST_TOKENS
+
+
+def length_sorted_batches(
+    lengths: Sequence[int], batch_size: int, pass_cost: int | None = None
+) -> list[list[int]]:
     """Indices grouped into batches of similar length (little compute goes to padding).
+
+    ``pass_cost`` (tokens; None: no splitting): each batch of ``batch_size`` is cut further into
+    the passes that cost least, a pass costing ``pass_cost`` plus its rows times its longest row.
+    A few texts of mixed lengths (a served batch of 16 sentences padded to its longest carries
+    2.2x its real tokens) then run as two or three passes of like lengths; a long sorted input,
+    whose batches hold like lengths already, keeps them whole.
 
     Example:
         >>> length_sorted_batches([5, 1, 4, 2], 2)
         [[1, 3], [2, 0]]
+        >>> length_sorted_batches([40, 8, 9, 41], 4), length_sorted_batches([40, 8, 9, 41], 4, pass_cost=16)
+        ([[1, 2, 0, 3]], [[1, 2], [0, 3]])
     """
     if batch_size < 1:
         raise UserError(f"--batch_size must be at least 1, found {batch_size}")
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    if pass_cost is None:
+        return batches
+    return [
+        part for batch in batches for part in _cheapest_passes(batch, [lengths[i] for i in batch], pass_cost)
+    ]
+
+
+def _cheapest_passes(batch: list[int], lengths: list[int], pass_cost: int) -> list[list[int]]:
+    """``batch`` (sorted by ``lengths``, ascending) cut into the contiguous passes of least total
+    cost: ``pass_cost`` each plus rows x longest row (dynamic programming over the cut points)."""
+    rows = len(batch)
+    if rows * lengths[-1] - sum(lengths) <= pass_cost:  # the padding is worth less than a pass
+        return [batch]
+    best = [0] + [None] * rows
+    cut = [0] * (rows + 1)
+    for end in range(1, rows + 1):
+        for start in range(end):
+            cost = best[start] + pass_cost + (end - start) * lengths[end - 1]
+            if best[end] is None or cost < best[end]:
+                best[end], cut[end] = cost, start
+    passes, end = [], rows
+    while end:
+        passes.append(batch[cut[end] : end])
+        end = cut[end]
+    return passes[::-1]
 
 
 @torch.inference_mode()
@@ -284,7 +341,7 @@ def run_batches(
     device = model.device
     lengths = [len(f["input_ids"]) for f in features]
     results: list = [None] * len(features)
-    batches = length_sorted_batches(lengths, batch_size)
+    batches = length_sorted_batches(lengths, batch_size, pass_cost_tokens(model, device))
     before_forward = BEFORE_FORWARD.get()
     for chunk in progress(batches, desc=desc, unit="batch", disable=disable_tqdm):
         if before_forward is not None:
