@@ -279,7 +279,7 @@ def length_sorted_batches(
     ``pass_cost`` (tokens; None: no splitting): each batch of ``batch_size`` is cut further into
     the passes that cost least, a pass costing ``pass_cost`` plus its rows times its longest row.
     A few texts of mixed lengths (a served batch of 16 sentences padded to its longest carries
-    2.2x its real tokens) then run as two or three passes of like lengths; a long sorted input,
+    about twice its real tokens) then run as two or three passes of like lengths; a long sorted input,
     whose batches hold like lengths already, keeps them whole.
 
     Example:

@@ -144,7 +144,7 @@ def max_tokens(predictor) -> int:
 #: Texts that total at most this many characters are counted on the event loop, longer ones on
 #: a worker thread. A sentence's count takes ~40 us; the trip to a thread and back cost a
 #: one-sentence request more than that, and under load each trip is two more hand-overs of
-#: the GIL between threads (benchmarks/README.md, "Serving: where a request's time goes").
+#: the GIL between threads (docs/serving.md, "Micro-batching").
 INLINE_COUNT_CHARACTERS = 1000
 
 
