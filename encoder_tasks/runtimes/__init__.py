@@ -81,8 +81,9 @@ MIN_GAIN = 1.0
 #: bf16 makes (all-MiniLM-L6-v2 on AMX: torch bf16 0.035 from fp32, OpenVINO bf16 0.042;
 #: benchmarks/results/bf16-runtime-20261202-001542.json).
 BF16_PARITY_FACTOR = 2.0
-#: The version of what ``auto`` remembers: 2 added bf16 runtimes (records of 1 are measured again).
-CHOICE_VERSION = 2
+#: The version of what ``auto`` remembers: 2 added bf16 runtimes, 3 tries them on a CPU with native
+#: bf16 but no AMX too (older records are measured again).
+CHOICE_VERSION = 3
 #: Environment variables: the default backend, and the cache of exported graphs.
 BACKEND_ENV = "ENCODER_TASKS_BACKEND"
 CACHE_ENV = "ENCODER_TASKS_CACHE"
@@ -405,21 +406,17 @@ def apply_backend(
         chosen = _apply_decision(model, reference, decision, wanted, key, threads)
         if chosen is not None:
             return chosen
-    # Where auto's torch computes in bf16 (a CPU with AMX), a runtime that can computes in bf16 too,
-    # checked against twice torch's own bf16 difference from fp32.
-    in_bf16 = (
-        {n for n in wanted if computes_bf16(n)}
-        if backend == "auto" and uses_bf16(device, precision)
-        else set()
-    )
-    bf16_allowed = bf16_allowance(reference, batches, device) if in_bf16 else None
+    tried = _auto_candidates(wanted, device, precision) if backend == "auto" else [(backend, "fp32")]
+    bf16_allowed = bf16_allowance(reference, batches, device) if any(c == "bf16" for _, c in tried) else None
     checked: dict[str, tuple[EncoderRuntime, dict]] = {}
-    for name in wanted:
-        compute = "bf16" if name in in_bf16 else "fp32"
+    backend_of: dict[str, str] = {}
+    for name, compute in tried:
+        label = name if compute == "fp32" else f"{name} bf16"
+        backend_of[label] = name
         try:
             graph = exported(name, reference, key)
             candidate = load_runtime(name, graph, reference.config, threads, compute=compute)
-            checked[name] = (
+            checked[label] = (
                 candidate,
                 parity(reference, candidate, batches, bf16_allowed if compute == "bf16" else None),
             )
@@ -446,7 +443,27 @@ def apply_backend(
             check["max_abs_diff"],
         )
         return backend
-    return _choose(model, reference, checked, batches, precision, decision)
+    return _choose(model, reference, checked, batches, precision, decision, backend_of)
+
+
+def _auto_candidates(wanted: list[str], device, precision: str) -> list[tuple[str, str]]:
+    """``(backend, compute)`` pairs ``auto`` checks and times against torch. Where torch computes
+    in bf16 (a CPU with AMX), a runtime that can computes in bf16 too. Where the CPU computes
+    bf16 natively without AMX and ``--precision`` is ``auto``, such a runtime is tried both in
+    fp32 and in bf16: bf16 lost to fp32 on one such CPU (an Intel Xeon, OpenVINO 0.87x) and won
+    on another (an AMD EPYC, OpenVINO 1.65x; docs/speed.md), so the machine decides.
+
+    Example:
+        >>> _auto_candidates(["onnx"], "cpu", "fp32")
+        [('onnx', 'fp32')]
+    """
+    bf16_capable = [n for n in wanted if computes_bf16(n)]
+    if uses_bf16(device, precision):
+        return [(n, "bf16" if n in bf16_capable else "fp32") for n in wanted]
+    pairs = [(n, "fp32") for n in wanted]
+    if precision == "auto" and torch.device(device).type == "cpu":
+        pairs += [(n, "bf16") for n in bf16_capable]
+    return pairs
 
 
 def computes_bf16(backend: str) -> bool:
@@ -613,8 +630,12 @@ def remembered_runtime(
     return runtime
 
 
-def _choose(model, reference, checked, batches, precision: str, decision: Path | None = None) -> str:
-    """``auto``: time torch and every runtime that passed its check; swap in the fastest."""
+def _choose(
+    model, reference, checked, batches, precision: str, decision: Path | None = None, backend_of=None
+) -> str:
+    """``auto``: time torch and every runtime that passed its check; swap in the fastest.
+    ``checked``'s keys are labels (``openvino``, ``openvino bf16``), ``backend_of`` their backends."""
+    backend_of = backend_of or {name: name for name in checked}
     from ..precision import autocast_for
 
     failed = {name: check for name, (_, check) in checked.items() if not check["passed"]}
@@ -635,23 +656,23 @@ def _choose(model, reference, checked, batches, precision: str, decision: Path |
     # torch is the reference: a runtime replaces it only when clearly faster, not within the noise
     best = fastest if times["torch"] >= MIN_GAIN * times[fastest] else "torch"
     computes = {name: getattr(runtime, "precision", "fp32") for name, (runtime, _) in checked.items()}
-    labels = {name: f"{name} bf16" for name, compute in computes.items() if compute == "bf16"}
-    speeds = ", ".join(f"{labels.get(name, name)} {times['torch'] / t:.2f}x" for name, t in times.items())
+    speeds = ", ".join(f"{name} {times['torch'] / t:.2f}x" for name, t in times.items())
     skipped = f"; failed parity: {', '.join(failed)}" if failed else ""
     why = "the fastest" if best == fastest else f"no runtime {MIN_GAIN:.2f}x faster"
     reason = f"{why} on probe batches, speed vs torch: {speeds}{skipped}"
     logger.info("backend auto: %s (%s)", best, reason)
+    chosen = backend_of.get(best, best)
     busy = _busy()
     if busy:
         logger.info("backend auto: not remembered, the machine was busy while timing (%s)", busy)
     if decision is not None and not busy:
-        record = {"backend": best, "reason": reason, "seconds": times, "failed_parity": sorted(failed)}
+        record = {"backend": chosen, "reason": reason, "seconds": times, "failed_parity": sorted(failed)}
         if best != "torch":
             record["compute"] = computes[best]  # fp32, or bf16
         _write_json(decision, record)
     if best != "torch":
         swap_encoder(model, checked[best][0])
-    return best
+    return chosen
 
 
 def _write_json(path: Path, value: dict) -> None:

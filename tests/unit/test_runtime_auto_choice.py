@@ -67,3 +67,40 @@ def test_the_probes_hold_a_batch_of_sentence_length_inputs():
         b["attention_mask"][0].all() for b in runtimes.probe_batches(BertConfig())
     )  # row 0: no padding
     assert torch.is_tensor(runtimes.probe_batches(BertConfig())[0]["token_type_ids"])
+
+
+@pytest.mark.parametrize(
+    "amx, precision, expected",
+    [
+        (True, "auto", [("onnx", "fp32"), ("openvino", "bf16")]),  # torch computes in bf16 too
+        (False, "auto", [("onnx", "fp32"), ("openvino", "fp32"), ("openvino", "bf16")]),  # both timed
+        (False, "fp32", [("onnx", "fp32"), ("openvino", "fp32")]),  # fp32 asked for: no bf16
+    ],
+)
+def test_auto_tries_bf16_runtimes_both_ways_where_bf16_is_native_without_amx(
+    monkeypatch, amx, precision, expected
+):
+    monkeypatch.setattr(runtimes, "computes_bf16", lambda backend: backend == "openvino")
+    monkeypatch.setattr(runtimes, "uses_bf16", lambda device, p: amx and p == "auto")
+    assert runtimes._auto_candidates(["onnx", "openvino"], "cpu", precision) == expected
+
+
+@pytest.mark.parametrize("bf16_seconds, compute", [(0.5, "bf16"), (0.9, "fp32")])
+def test_the_faster_of_a_runtimes_fp32_and_bf16_is_chosen_and_remembered(
+    monkeypatch, tmp_path, bf16_seconds, compute
+):
+    seconds = {"torch": 1.0, "openvino": 0.8, "openvino bf16": bf16_seconds}
+    monkeypatch.setattr(runtimes, "timed_rounds", lambda contenders, batches: dict(seconds))
+    monkeypatch.setattr(runtimes, "_busy", lambda: None)
+    swapped = []
+    monkeypatch.setattr(runtimes, "swap_encoder", lambda model, runtime: swapped.append(runtime))
+    passed = {"passed": True, "max_abs_diff": 0.0, "allowed": 1e-3}
+    fp32, bf16 = nn.Identity(), nn.Identity()
+    fp32.precision, bf16.precision = "fp32", "bf16"
+    checked = {"openvino": (fp32, passed), "openvino bf16": (bf16, passed)}
+    backend_of = {"openvino": "openvino", "openvino bf16": "openvino"}
+    model, decision = Holder(), tmp_path / "auto" / "choice.json"
+    chosen = runtimes._choose(model, model.encoder, checked, [], "auto", decision, backend_of)
+    record = json.loads(decision.read_text())
+    assert chosen == record["backend"] == "openvino" and record["compute"] == compute
+    assert swapped == [bf16 if compute == "bf16" else fp32]
