@@ -30,7 +30,9 @@ def bf16_pays_off(device_type: str) -> bool:
     fp32, ``benchmarks/results/backends-20261201-163838.json``; sentence-transformers bf16 0.62x,
     ``cpu-inference-full-20261201-164641.json``; OpenVINO bf16 0.87x,
     ``openvino-20261201-164304.json``), while with AMX the toolkit's bf16 predict was 2.2x its
-    fp32 (``predict-20261130-135821.json``, on an AMX machine).
+    fp32 (``predict-20261130-135821.json``, on an AMX machine). That is torch's rule: on such a
+    CPU ``--backend auto`` times OpenVINO in both precisions (bf16 won on an AMD EPYC,
+    ``cpu-inference-full-20261204-040027.json``; :func:`encoder_tasks.runtimes._auto_candidates`).
     """
     if not devices.native_bf16_available(use_cpu=device_type == "cpu"):
         return False
