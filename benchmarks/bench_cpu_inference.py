@@ -1319,11 +1319,15 @@ def run_servers_interleaved(contenders: list[Contender], ctx: dict, bursts: int)
     args = ctx["args"]
     texts = ctx["sentences"]
     per_burst = max(1, args.requests // bursts)
-    plans = {c.name: server_plan(c, ctx) for c in contenders}
-    rows: dict[str, dict] = {}
+    plans, rows = {}, {}
+    for contender in contenders:
+        try:
+            plans[contender.name] = server_plan(contender, ctx)
+        except Skip as reason:  # a peer that cannot run here: its stated reason, the others run
+            rows[contender.name] = {"skipped": str(reason)}
     with contextlib.ExitStack() as stack:
         urls, pids = {}, {}
-        for contender in contenders:
+        for contender in (c for c in contenders if c.name in plans):
             try:
                 server = stack.enter_context(start_server(contender, plans[contender.name], ctx))
             except Exception as exc:  # noqa: BLE001 - one server failing must not lose the others

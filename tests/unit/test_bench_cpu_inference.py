@@ -466,13 +466,16 @@ ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 
 def test_interleaved_servers_are_measured_in_alternating_bursts(tmp_path, monkeypatch):
     """Two real server processes up at once, a fast and a slow one: every burst of each is kept,
-    the pooled level counts every request, the order rotates, and the faster server is faster."""
+    the pooled level counts every request, the order rotates, the faster server is faster, and a
+    peer that cannot run is skipped with its reason while the others are measured."""
     script = tmp_path / "fake_server.py"
     script.write_text(FAKE_SERVER)
     delays = {"fast": 0.002, "slow": 0.02}
     contenders = [bench.Contender(name, "serving", "main", "serve", name) for name in delays]
 
     def plan(contender, ctx):
+        if contender.name == "missing":
+            raise bench.Skip("benchmarks/.venvs/missing could not be installed")
         port = bench.free_port()
         command = [sys.executable, str(script), str(port), str(delays[contender.name])]
         return {"command": command, "ready": "/ready", "route": "/v1/embeddings", "port": port, "cwd": None}
@@ -488,7 +491,9 @@ def test_interleaved_servers_are_measured_in_alternating_bursts(tmp_path, monkey
     monkeypatch.setattr(bench, "closed_loop", recording_loop)
     args = types.SimpleNamespace(requests=12, levels=[1, 4], max_seconds=30)
     ctx = {"args": args, "sentences": ["a", "b", "c"], "rows_dir": tmp_path}
-    rows = bench.run_servers_interleaved(contenders, ctx, bursts=3)
+    missing = bench.Contender("missing", "serving", "missing", "serve", "a peer that cannot run")
+    rows = bench.run_servers_interleaved([*contenders, missing], ctx, bursts=3)
+    assert rows["missing"] == {"skipped": "benchmarks/.venvs/missing could not be installed"}
 
     for name in delays:
         levels = rows[name]["levels"]
