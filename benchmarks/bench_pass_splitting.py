@@ -1,7 +1,7 @@
 """What cutting a batch of mixed lengths into passes of like lengths gains on a CPU, per backend.
 
 A served batch is the requests that arrived together: a handful of texts of unrelated lengths,
-one forward pass padded to the longest (16 random STS-B sentences carry 2.2x their real tokens).
+one forward pass padded to the longest (16 random STS-B dev sentences carry 1.96x their real tokens).
 ``encoder_tasks.predict.length_sorted_batches(..., pass_cost=N)`` cuts each batch into the
 passes that cost least when a pass costs N padded tokens; ``run_batches`` does so on a CPU with
 ``CPU_PASS_COST_TOKENS``. This benchmark chose that number: all-MiniLM-L6-v2 embedding groups
@@ -22,41 +22,39 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.bench_cpu_inference import STSB_TRAIN, data_dir, read_stsb
+from benchmarks.bench_cpu_inference import TOOLKIT_CLI, calibration_file, data_dir, read_stsb
 from benchmarks.common import minilm_path, print_table, save_results
 from benchmarks.harness import describe, invocation
 
 STSB_DEV = Path("pair") / "stsb" / "sts-dev.csv"
 PASS_COSTS = (None, 8, 16, 32, 64)  # None: one pass per group (no splitting)
 GROUPS = (16, 32)
-CALIBRATION_SENTENCES = 256
 
 
 def int8_copy(model: str, work: Path, data: Path) -> str:
-    """``encoder-tasks quantize`` of ``model`` at its defaults, calibrated on STS-B train sentences."""
+    """``encoder-tasks quantize`` of ``model`` at its defaults, calibrated on the STS-B train
+    sentences ``bench_cpu_inference`` calibrates its int8 rows on."""
     dest = work / "int8"
     if not (dest / "config.json").is_file():
-        import json
-
         work.mkdir(parents=True, exist_ok=True)
-        sentences, _, _ = read_stsb(data / STSB_TRAIN, CALIBRATION_SENTENCES)
-        calibration = work / "calibration.jsonl"
-        calibration.write_text(
-            "".join(json.dumps({"text": s}) + "\n" for s in sentences[:CALIBRATION_SENTENCES])
-        )
-        code = "import sys; from encoder_tasks.cli import main; sys.exit(main())"
+        calibration = calibration_file({"work": work, "data": data})
         command = [
             sys.executable,
             "-c",
-            code,
+            TOOLKIT_CLI,
             "quantize",
             model,
             str(dest),
             "--calibration_file",
-            str(calibration),
+            calibration,
         ]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return str(dest)
+
+
+def token_lengths(tokenizer, groups: list[list[str]]) -> list[list[int]]:
+    """Each group's token counts, as ``encode_texts`` reads them."""
+    return [[len(ids) for ids in tokenizer(group)["input_ids"]] for group in groups]
 
 
 def group_times(predictor, groups: list[list[str]], costs=PASS_COSTS) -> dict:
@@ -66,7 +64,6 @@ def group_times(predictor, groups: list[list[str]], costs=PASS_COSTS) -> dict:
 
     plain = predict.length_sorted_batches
     seconds = dict.fromkeys(costs, 0.0)
-    passes = dict.fromkeys(costs, 0)
     try:
         for number, group in enumerate([groups[0], *groups]):  # the first group: a warm-up
             for cost in costs if number % 2 else costs[::-1]:
@@ -75,27 +72,32 @@ def group_times(predictor, groups: list[list[str]], costs=PASS_COSTS) -> dict:
                     return plain(lengths, batch_size, cost)
 
                 predict.length_sorted_batches = batches
-                lengths = [len(ids) for ids in predictor.tokenizer(group)["input_ids"]]
                 start = time.perf_counter()
                 encode_texts(predictor.model, predictor.tokenizer, group, batch_size=64, disable_tqdm=True)
                 if number:
                     seconds[cost] += time.perf_counter() - start
-                    passes[cost] += len(batches(lengths, 64))
     finally:
         predict.length_sorted_batches = plain
-    return {"seconds": seconds, "passes": passes}
+    return {"seconds": seconds}
 
 
-def padded_tokens(tokenizer, groups: list[list[str]], cost) -> tuple[int, int]:
-    """(real, padded) tokens of ``groups`` cut with pass cost ``cost``."""
+def passes_and_padding(lengths: list[list[int]], cost) -> tuple[int, int, int]:
+    """(passes, real tokens, padded tokens) of groups with these token ``lengths`` cut with pass
+    cost ``cost``, as ``run_batches`` cuts them at batch size 64.
+
+    Example:
+        >>> passes_and_padding([[40, 8, 9, 41]], None), passes_and_padding([[40, 8, 9, 41]], 16)
+        ((1, 98, 164), (2, 98, 100))
+    """
     from encoder_tasks.predict import length_sorted_batches
 
-    real = padded = 0
-    for group in groups:
-        lengths = [len(ids) for ids in tokenizer(group)["input_ids"]]
-        real += sum(lengths)
-        padded += sum(len(p) * max(lengths[i] for i in p) for p in length_sorted_batches(lengths, 64, cost))
-    return real, padded
+    passes = real = padded = 0
+    for group in lengths:
+        cut = length_sorted_batches(group, 64, cost)
+        passes += len(cut)
+        real += sum(group)
+        padded += sum(len(p) * max(group[i] for i in p) for p in cut)
+    return passes, real, padded
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -131,10 +133,12 @@ def main(argv: list[str] | None = None) -> None:
         for size in GROUPS:
             groups = [sentences[i : i + size] for i in range(0, len(sentences) - size + 1, size)]
             timed = group_times(predictor, groups, costs)
+            lengths = token_lengths(predictor.tokenizer, groups)
+            timed["passes"] = {cost: passes_and_padding(lengths, cost)[0] for cost in costs}
             results[f"{name}, groups of {size}"] = timed
             count = len(groups) * size
             for cost in costs:
-                real, padded = padded_tokens(predictor.tokenizer, groups, cost)
+                _, real, padded = passes_and_padding(lengths, cost)
                 rate = count / timed["seconds"][cost]
                 rows.append({
                     "backend": name, "group": size, "pass_cost": "none" if cost is None else cost,
