@@ -3,6 +3,7 @@ learning rate, machine, scored by the same code.
 
     python -m benchmarks.bench_retrieval_st --size quick                       # smoke: minutes
     python -m benchmarks.bench_retrieval_st --size standard --langs en,zh      # the measurement
+    python -m benchmarks.bench_retrieval_st --size standard --phase cached-steps  # GradCache steps, interleaved
 
 The sets and mined negatives are :mod:`benchmarks.bench_retrieval`'s (the same ``--work`` folder
 reuses them); its rows' toolkit models are trained again here, so that both sides' times are taken
@@ -34,7 +35,7 @@ import time
 from pathlib import Path
 
 from benchmarks import bench_retrieval as br
-from benchmarks.common import MINILM, mean_spread, minilm_path, print_table, save_results
+from benchmarks.common import MINILM, interleaved_seconds, mean_spread, minilm_path, print_table, save_results
 from benchmarks.harness import cached
 
 #: The large batch of the GradCache rows (both sides cut it into chunks of 32).
@@ -72,7 +73,7 @@ def read_rows(path: Path):
     return datasets.Dataset.from_dict({c: [r[c] for r in rows] for c in columns})
 
 
-def st_loss(model, kind: str):
+def st_loss_of(model, kind: str):
     from sentence_transformers import losses
 
     if kind == "mnrl":
@@ -114,7 +115,7 @@ def train_st(out: Path, train: Path, size: dict, seed: int, kind: str, batch: in
         logging_steps=20,
     )
     trainer = SentenceTransformerTrainer(
-        model=model, args=args, train_dataset=read_rows(train), loss=st_loss(model, kind)
+        model=model, args=args, train_dataset=read_rows(train), loss=st_loss_of(model, kind)
     )
     result = trainer.train()
     model.save_pretrained(str(out))
@@ -171,6 +172,49 @@ def run_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
     return results
 
 
+def cached_step_times(work: Path, size: dict, batches: int, repeats: int) -> dict:
+    """One GradCache training step (forward, loss, backward; no optimiser) of each side on the same
+    batches of ``CACHED_BATCH`` mined (question, passage, negative) rows in chunks of 32, the two
+    sides interleaved batch by batch after a warm-up round (:func:`interleaved_seconds`): whether the
+    GradCache row's time gap is in the step, free of the machine's drift between two whole runs."""
+    from sentence_transformers import SentenceTransformer
+
+    from encoder_tasks.backbone import load_encoder, load_tokenizer
+    from encoder_tasks.tasks.embedding.cached_loss import cached_loss
+    from encoder_tasks.tasks.embedding.model import BiEncoder
+    from encoder_tasks.tasks.embedding.trainer import embedding_loss
+
+    br.build_splits("en", size, work)
+    mined = br.mine(MINILM, work / "en", size, "n-tuple", 1)
+    rows = read_rows(mined).shuffle(seed=42)
+    columns = ("query", "positive", "negative_1")
+    chunks = [rows.select(range(i, i + CACHED_BATCH)) for i in range(0, CACHED_BATCH * batches, CACHED_BATCH)]
+    path = minilm_path()
+    tokenizer = load_tokenizer(path)
+    ours = BiEncoder(load_encoder(path)).train()  # mnrl at temperature 0.05: scale 20
+    st = SentenceTransformer(path, device="cpu")
+    st.max_seq_length = size["max_length"]
+    st.train()
+    st_loss = st_loss_of(st, "cached")
+    # Both sides tokenised before the rounds (outside the timing), each as its trainer does: the
+    # toolkit pads each column to its longest text, sentence-transformers likewise (tokenize).
+    ours_features = [[dict(tokenizer(list(b[c]), padding=True, truncation=True, max_length=size["max_length"],
+                                     return_tensors="pt")) for c in columns] for b in chunks]  # fmt: skip
+    st_features = [[st.tokenize(list(b[c])) for c in columns] for b in chunks]
+
+    def toolkit(i):
+        groups = [{k: v for k, v in g.items() if k != "token_type_ids"} for g in ours_features[i]]
+        cached_loss(lambda f: ours(**f).embeddings, groups, embedding_loss(ours), 32).backward()
+
+    def sentence_transformers(i):
+        st_loss(st_features[i], None).backward()
+
+    timed = interleaved_seconds(
+        {"toolkit (--cache_chunk_size 32)": toolkit, "sentence-transformers (CachedMNRL, mini-batch 32)":
+         sentence_transformers}, range(len(chunks)), repeats)  # fmt: skip
+    return timed
+
+
 def _cell(runs: list[dict], key: str, dims: int = 384) -> str:
     s = mean_spread([r[f"dim{dims}"][key] for r in runs])
     return f"{100 * s['mean']:.1f} ± {100 * s['std']:.1f}" if len(runs) > 1 else f"{100 * s['mean']:.1f}"
@@ -221,9 +265,22 @@ def main() -> None:
         "--work", default=None, help="bench_retrieval's cache folder (default: /tmp/bench-retrieval-<size>)"
     )
     parser.add_argument("--rows", default="all", help="row names separated by ';' (default all)")
+    parser.add_argument("--phase", choices=("train", "cached-steps"), default="train",
+                        help="train: the rows, both trainers; cached-steps: one GradCache step of each side, "
+                             "interleaved on the same batches (English)")  # fmt: skip
+    parser.add_argument("--batches", type=int, default=6, help="cached-steps: batches of CACHED_BATCH rows")
+    parser.add_argument("--repeats", type=int, default=2, help="cached-steps: timed rounds after the warm-up")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     size = br.SIZES[args.size]
+    work = Path(args.work or f"/tmp/bench-retrieval-{args.size}")
+    if args.phase == "cached-steps":
+        timed = cached_step_times(work, size, args.batches, args.repeats)
+        print(json.dumps(timed, indent=1))
+        payload = {"size": args.size, "batches": args.batches, "repeats": args.repeats, "batch": CACHED_BATCH,
+                   "chunk": 32, "steps": timed}  # fmt: skip
+        print(f"results: {save_results('retrieval-st-cached-steps', payload)}")
+        return
     if args.rows != "all":
         wanted = [r.strip() for r in args.rows.split(";") if r.strip()]
         unknown = sorted(set(wanted) - set(ROWS))
@@ -232,7 +289,6 @@ def main() -> None:
         for name in set(ROWS) - set(wanted):
             ROWS.pop(name)
     seeds = list(range(42, 42 + (args.seeds or size["seeds"])))
-    work = Path(args.work or f"/tmp/bench-retrieval-{args.size}")
     results = {lang: run_lang(lang, size, seeds, work) for lang in args.langs.split(",")}
     payload = {"size": args.size, "seeds": seeds, "rows": {k: list(v) for k, v in ROWS.items()},
                "settings": {"learning_rate": LEARNING_RATE, "warmup_ratio": WARMUP, "weight_decay": WEIGHT_DECAY,
