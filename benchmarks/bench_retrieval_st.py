@@ -23,7 +23,8 @@ sampler (``BatchSamplers.NO_DUPLICATES``, as the toolkit's ``--batch_sampler no_
 Both sides' models are encoded by :func:`encoder_tasks.tasks.embedding.model.encode_texts` and
 scored by :func:`benchmarks.bench_retrieval.scores` on the test questions and paragraphs (unseen in
 training and in any choice). Training wall time is measured around each trainer call, one after
-the other in one process. Results: ``benchmarks/results/retrieval-st-<time>.json``.
+the other in one process; which side goes first alternates with the seed. Results:
+``benchmarks/results/retrieval-st-<time>.json``.
 """
 
 from __future__ import annotations
@@ -155,7 +156,9 @@ def run_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
                 "toolkit": run / f"vs-st-toolkit-{tag}",
                 "sentence-transformers": run / f"vs-st-st-{tag}",
             }
-            for side, out in sides.items():
+            # The side that goes first alternates with the seed: this machine's speed drifts within
+            # minutes, and a fixed order would hand the drift to one side.
+            for side, out in sorted(sides.items(), reverse=seed % 2 == 1):
 
                 def measure(side=side, out=out, flags=flags, kind=kind, file=file, batch=batch, seed=seed):
                     if side == "toolkit":
