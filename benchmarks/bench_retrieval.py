@@ -203,10 +203,15 @@ def scores(indices, relevant) -> dict:
     return {k: m[k] for k in METRICS}
 
 
-def rerank_scores(reranker: str, split: dict, indices, relevant, k: int) -> dict:
+def rerank_scores(reranker, split: dict, indices, relevant, k: int) -> dict:
+    """``reranker`` (a pair run's folder, or any object with ``scores(pairs)``) re-ordering each
+    query's top ``k`` of ``indices``; the metrics of the result."""
     from encoder_tasks.tasks.embedding.rerank import CrossEncoderScorer, rerank
 
-    scorer = CrossEncoderScorer.load(reranker, batch_size=64, disable_tqdm=True)
+    if hasattr(reranker, "scores"):
+        scorer = reranker
+    else:
+        scorer = CrossEncoderScorer.load(reranker, batch_size=64, disable_tqdm=True)
     queries = [q for q, _ in split["pairs"]]
     top, _ = rerank(scorer, queries, indices[:, :k], split["corpus"], k)
     # beyond the reranked head the bi-encoder's order stands

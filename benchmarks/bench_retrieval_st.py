@@ -4,6 +4,7 @@ learning rate, machine, scored by the same code.
     python -m benchmarks.bench_retrieval_st --size quick                       # smoke: minutes
     python -m benchmarks.bench_retrieval_st --size standard --langs en,zh      # the measurement
     python -m benchmarks.bench_retrieval_st --size standard --phase cached-steps  # GradCache steps, interleaved
+    python -m benchmarks.bench_retrieval_st --size standard --phase rerank        # rerankers vs CrossEncoder
 
 The sets and mined negatives are :mod:`benchmarks.bench_retrieval`'s (the same ``--work`` folder
 reuses them); its rows' toolkit models are trained again here, so that both sides' times are taken
@@ -20,6 +21,16 @@ sampler (``BatchSamplers.NO_DUPLICATES``, as the toolkit's ``--batch_sampler no_
 - a large batch through GradCache: ``CachedMultipleNegativesRankingLoss`` (mini-batch 32) /
   ``--cache_chunk_size 32``, both at batch ``CACHED_BATCH`` with the mined negatives.
 
+The rerankers (``--phase rerank``): the toolkit's listwise reranker (``pair train
+--listwise_negatives``, :data:`RERANK_VARIANT`, the best of ``bench_retrieval``'s variants on
+validation) against sentence-transformers' ``CrossEncoderTrainer`` on the same rows (each question,
+its passage and 3 negatives mined by the fine-tuned hard-negative bi-encoder), the same epochs,
+pairs per step, learning rate, warm-up, weight decay and length: listwise with its
+``MultipleNegativesRankingLoss`` over the given negatives (``num_negatives=0``: no sampled extra
+passages, so both score the same pairs), and pointwise with ``BinaryCrossEntropyLoss`` on the rows'
+labelled pairs. Each re-orders the same bi-encoder's top 10 or 30 on test, the depth chosen on
+validation, and is scored by the same code.
+
 Both sides' models are encoded by :func:`encoder_tasks.tasks.embedding.model.encode_texts` and
 scored by :func:`benchmarks.bench_retrieval.scores` on the test questions and paragraphs (unseen in
 training and in any choice). Training wall time is measured around each trainer call, one after
@@ -34,6 +45,8 @@ import json
 import logging
 import time
 from pathlib import Path
+
+import numpy as np
 
 from benchmarks import bench_retrieval as br
 from benchmarks.common import MINILM, interleaved_seconds, mean_spread, minilm_path, print_table, save_results
@@ -218,6 +231,217 @@ def cached_step_times(work: Path, size: dict, batches: int, repeats: int) -> dic
     return timed
 
 
+def cached_steps_tables(timed: dict) -> dict:
+    """The cached-steps phase's table: each side's median and total step time, and its ratio to
+    sentence-transformers'."""
+    theirs = next(v for k, v in timed.items() if k.startswith("sentence"))
+    rows = [[name, f"{v['median_seconds']:.2f}", f"{v['total_seconds']:.1f}", v["steps"],
+             f"{v['total_seconds'] / theirs['total_seconds']:.2f}x"] for name, v in timed.items()]  # fmt: skip
+    return {
+        "cached-steps": {
+            "columns": ["side", "median s a step", "total s", "steps timed", "x sentence-transformers"],
+            "rows": rows,
+            "notes": f"batch {CACHED_BATCH} mined (question, passage, negative) rows, chunks of 32; forward, loss "
+            "and backward, no optimiser; the sides interleaved batch by batch after a warm-up round",
+        }
+    }
+
+
+#: The toolkit reranker of the rerank phase (``bench_retrieval.RERANK_VARIANTS``): listwise on a
+#: second mining round, 8 queries (32 pairs) a step, 3 epochs.
+RERANK_VARIANT = br.LISTWISE + " x 3 epochs"
+RERANK_EPOCHS, RERANK_QUERIES, RERANK_NEGATIVES = 3, 8, 3
+#: Reranker row -> its sentence-transformers loss (None: the toolkit's reranker).
+RERANK_ROWS = {
+    "toolkit, listwise (pair train --listwise_negatives)": None,
+    "sentence-transformers CrossEncoder, listwise (MultipleNegativesRankingLoss)": "mnrl",
+    "sentence-transformers CrossEncoder, pointwise (BinaryCrossEntropyLoss)": "bce",
+}
+
+
+class StCrossEncoderScorer:
+    """A sentence-transformers ``CrossEncoder`` as the scorer :func:`encoder_tasks.tasks.embedding.
+    rerank.rerank` takes (``scores(pairs)``)."""
+
+    def __init__(self, path: Path):
+        from sentence_transformers.cross_encoder import CrossEncoder
+
+        self.model = CrossEncoder(str(path), device="cpu")
+
+    def scores(self, pairs) -> np.ndarray:
+        return np.asarray(
+            self.model.predict(list(pairs), batch_size=64, show_progress_bar=False), dtype=np.float64
+        )
+
+
+def st_reranker_rows(rows_file: Path, kind: str):
+    """The mined (query, positive, negative_1..3) rows as each sentence-transformers loss reads
+    them: n-tuples for the listwise loss, (query, passage, 0/1 label) pairs for the pointwise one."""
+    import datasets
+
+    rows = [json.loads(line) for line in rows_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    negatives = [f"negative_{i}" for i in range(1, RERANK_NEGATIVES + 1)]
+    if kind == "mnrl":
+        return datasets.Dataset.from_dict(
+            {c: [r[c] for r in rows] for c in ("query", "positive", *negatives)}
+        )
+    pairs = [(r["query"], r[c], float(c == "positive")) for r in rows for c in ("positive", *negatives)]
+    return datasets.Dataset.from_dict(
+        {k: list(v) for k, v in zip(("query", "passage", "label"), zip(*pairs))}
+    )
+
+
+def train_st_reranker(out: Path, rows_file: Path, size: dict, seed: int, kind: str) -> dict:
+    """sentence-transformers' ``CrossEncoderTrainer`` at the toolkit reranker's settings: its
+    epochs, pairs per step (8 queries x 4 passages), ``pair train``'s learning rate, warm-up and
+    weight decay (``EncoderTrainingArguments``' defaults), ``max_length + 32`` tokens; saved to
+    ``out``. The head has no rate of its own there (the toolkit's trains at 1e-3)."""
+    from sentence_transformers.cross_encoder import (
+        CrossEncoder,
+        CrossEncoderTrainer,
+        CrossEncoderTrainingArguments,
+        losses,
+    )
+
+    from encoder_tasks.training_args import EncoderTrainingArguments as Ours
+
+    start = time.perf_counter()
+    model = CrossEncoder(minilm_path(), num_labels=1, max_length=size["max_length"] + 32, device="cpu")
+    if kind == "mnrl":
+        loss, batch = losses.MultipleNegativesRankingLoss(model, num_negatives=0), RERANK_QUERIES
+    else:
+        loss, batch = losses.BinaryCrossEntropyLoss(model), RERANK_QUERIES * (1 + RERANK_NEGATIVES)
+    args = CrossEncoderTrainingArguments(
+        output_dir=str(out / "checkpoints"),
+        num_train_epochs=RERANK_EPOCHS,
+        per_device_train_batch_size=batch,
+        learning_rate=Ours.learning_rate,
+        warmup_ratio=Ours.warmup_steps,
+        weight_decay=Ours.weight_decay,
+        seed=seed,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=True,
+        logging_steps=20,
+    )
+    trainer = CrossEncoderTrainer(
+        model=model, args=args, train_dataset=st_reranker_rows(rows_file, kind), loss=loss
+    )
+    result = trainer.train()
+    model.save_pretrained(str(out))
+    return {"train_wall_s": round(time.perf_counter() - start, 1), "train_steps": result.global_step}
+
+
+def reranked(scorer, hard: Path, splits: dict, size: dict) -> dict:
+    """``scorer`` re-ordering the bi-encoder ``hard``'s top k on test, k chosen on validation
+    (``bench_retrieval.rerank_rows``' rule)."""
+    val_ranked, val_rel = br.ranked(str(hard), splits["validation"], size)
+    choice = max(size["rerank_k"], key=lambda k: br.rerank_scores(scorer, splits["validation"], val_ranked["dim384"],
+                                                                  val_rel, k)["ndcg@10"])  # fmt: skip
+    test_ranked, rel = br.ranked(str(hard), splits["test"], size)
+    return {
+        **br.rerank_scores(scorer, splits["test"], test_ranked["dim384"], rel, choice),
+        "rerank_top_k": choice,
+    }
+
+
+def rerank_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
+    """``{row: [per seed]}``: the hard-negative bi-encoder alone and re-ordered by each reranker."""
+    splits = br.build_splits(lang, size, work)
+    folder = work / lang
+    mined, labelled = (
+        br.mine(MINILM, folder, size, "n-tuple", 1),
+        br.mine(MINILM, folder, size, "labeled-pair", 3),
+    )
+    flags = br.RERANK_VARIANTS[RERANK_VARIANT]
+    results: dict = {}
+    for seed in seeds:
+        run = folder / f"seed{seed}"
+        hard = br.train_embedding(run / "hardneg", mined, size, seed, "--negative_columns", "negative_1")
+        rows_file = br.reranker_data(flags, labelled, hard, folder, run, size)  # the second mining round
+        alone = cached(run / "hardneg-test.json",
+                       lambda hard=hard: {"hardneg": br.scores(*br.first(br.ranked(str(hard), splits["test"], size), "dim384"))})  # fmt: skip
+        results.setdefault("hardneg, no reranker", []).append(alone["hardneg"])
+        # The side that goes first alternates with the seed, as in the training rows.
+        for row, kind in sorted(RERANK_ROWS.items(), reverse=seed % 2 == 1):
+            out = run / (br.reranker_folder(RERANK_VARIANT) if kind is None else f"vs-st-ce-{kind}")
+
+            def measure(out=out, kind=kind, seed=seed, hard=hard, rows_file=rows_file):
+                if kind is None:
+                    start = time.perf_counter()
+                    br.train_reranker(out, rows_file, size, seed, *flags)
+                    timing = {"train_wall_s": round(time.perf_counter() - start, 1)}
+                    scorer = str(out)
+                else:
+                    timing = train_st_reranker(out, rows_file, size, seed, kind)
+                    scorer = StCrossEncoderScorer(out)
+                return {**timing, **reranked(scorer, hard, splits, size)}
+
+            record = cached(out.with_name(out.name + "-st-rerank.json"), measure)
+            results.setdefault(row, []).append(record)
+            logger.info("%s seed %d %s: nDCG@10 %.4f", lang, seed, row, record["ndcg@10"])
+    return results
+
+
+def rerank_tables(results: dict) -> dict:
+    """Each reranker's scores, and the targets: toolkit at or above each sentence-transformers
+    reranker in no more time, and each reranker's gain over the bi-encoder alone."""
+    metrics = ("recall@10", "mrr@10", "ndcg@10")
+    rows, targets = [], []
+    for lang, by_row in results.items():
+        for name, runs in by_row.items():
+            cells = [_spread(runs, m) for m in metrics]
+            wall = (
+                f"{mean_spread([r['train_wall_s'] for r in runs])['mean']:.1f}"
+                if "train_wall_s" in runs[0]
+                else "-"
+            )
+            top = ", ".join(str(r["rerank_top_k"]) for r in runs) if "rerank_top_k" in runs[0] else "-"
+            rows.append([lang, name, *cells, wall, top, len(runs)])
+        alone = by_row["hardneg, no reranker"]
+        ours_name = next(n for n, k in RERANK_ROWS.items() if k is None)
+        for name in RERANK_ROWS:
+            if name not in by_row:
+                continue
+            diff, spread = _gap(by_row[name], alone)
+            targets.append([lang, f"{name} - no reranker, nDCG@10 (points)", f"{diff:+.1f}", f"{spread:.1f}",
+                            "yes" if diff >= 3 else "no", ">= +3", "-"])  # fmt: skip
+            if name != ours_name and ours_name in by_row:
+                diff, spread = _gap(by_row[ours_name], by_row[name])
+                t = [
+                    mean_spread([r["train_wall_s"] for r in x])["mean"]
+                    for x in (by_row[ours_name], by_row[name])
+                ]
+                targets.append([lang, f"toolkit - {name}, nDCG@10 (points)", f"{diff:+.1f}", f"{spread:.1f}",
+                                "yes" if diff >= -spread else "no", "at or above (within spread)",
+                                f"{t[0] / t[1]:.2f}x"])  # fmt: skip
+    return {
+        "rerank-st": {
+            "columns": ["lang", "reranker", *metrics, "train wall s", "top k re-ordered (chosen on validation)",
+                        "seeds"],
+            "rows": rows,
+            "notes": "test questions and paragraphs unseen in training; metrics in %, mean ± sample std over seeds",
+        },
+        "rerank-st-targets": {
+            "columns": ["lang", "target", "measured", "spread", "met", "asked", "toolkit / ST train time"],
+            "rows": targets,
+            "notes": "spread: the larger sample std over seeds of the two rows compared",
+        },
+    }  # fmt: skip
+
+
+def _spread(runs: list[dict], key: str) -> str:
+    s = mean_spread([r[key] for r in runs])
+    return f"{100 * s['mean']:.1f} ± {100 * s['std']:.1f}" if len(runs) > 1 else f"{100 * s['mean']:.1f}"
+
+
+def _gap(a: list[dict], b: list[dict]) -> tuple[float, float]:
+    """Mean nDCG@10 of ``a`` minus ``b`` and the larger spread, in points."""
+    sa, sb = (mean_spread([r["ndcg@10"] for r in x]) for x in (a, b))
+    return 100 * (sa["mean"] - sb["mean"]), 100 * max(sa["std"], sb["std"])
+
+
 def _cell(runs: list[dict], key: str, dims: int = 384) -> str:
     s = mean_spread([r[f"dim{dims}"][key] for r in runs])
     return f"{100 * s['mean']:.1f} ± {100 * s['std']:.1f}" if len(runs) > 1 else f"{100 * s['mean']:.1f}"
@@ -268,9 +492,10 @@ def main() -> None:
         "--work", default=None, help="bench_retrieval's cache folder (default: /tmp/bench-retrieval-<size>)"
     )
     parser.add_argument("--rows", default="all", help="row names separated by ';' (default all)")
-    parser.add_argument("--phase", choices=("train", "cached-steps"), default="train",
+    parser.add_argument("--phase", choices=("train", "cached-steps", "rerank"), default="train",
                         help="train: the rows, both trainers; cached-steps: one GradCache step of each side, "
-                             "interleaved on the same batches (English)")  # fmt: skip
+                             "interleaved on the same batches (English); rerank: the toolkit's reranker against "
+                             "sentence-transformers' CrossEncoder trainer")  # fmt: skip
     parser.add_argument("--batches", type=int, default=6, help="cached-steps: batches of CACHED_BATCH rows")
     parser.add_argument("--repeats", type=int, default=2, help="cached-steps: timed rounds after the warm-up")
     args = parser.parse_args()
@@ -281,7 +506,7 @@ def main() -> None:
         timed = cached_step_times(work, size, args.batches, args.repeats)
         print(json.dumps(timed, indent=1))
         payload = {"size": args.size, "batches": args.batches, "repeats": args.repeats, "batch": CACHED_BATCH,
-                   "chunk": 32, "steps": timed}  # fmt: skip
+                   "chunk": 32, "steps": timed, "tables": cached_steps_tables(timed)}  # fmt: skip
         print(f"results: {save_results('retrieval-st-cached-steps', payload)}")
         return
     if args.rows != "all":
@@ -292,6 +517,14 @@ def main() -> None:
         for name in set(ROWS) - set(wanted):
             ROWS.pop(name)
     seeds = list(range(42, 42 + (args.seeds or size["seeds"])))
+    if args.phase == "rerank":
+        results = {lang: rerank_lang(lang, size, seeds, work) for lang in args.langs.split(",")}
+        payload = {"size": args.size, "seeds": seeds, "toolkit_variant": {RERANK_VARIANT: br.RERANK_VARIANTS[RERANK_VARIANT]},
+                   "st_losses": RERANK_ROWS, "results": results, "tables": rerank_tables(results)}  # fmt: skip
+        t = payload["tables"]["rerank-st"]
+        print_table([dict(zip(t["columns"], r)) for r in t["rows"]], t["columns"])
+        print(f"results: {save_results('retrieval-st-rerank', payload)}")
+        return
     results = {lang: run_lang(lang, size, seeds, work) for lang in args.langs.split(",")}
     payload = {"size": args.size, "seeds": seeds, "rows": {k: list(v) for k, v in ROWS.items()},
                "settings": {"learning_rate": LEARNING_RATE, "warmup_ratio": WARMUP, "weight_decay": WEIGHT_DECAY,
