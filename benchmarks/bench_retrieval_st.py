@@ -25,10 +25,11 @@ The rerankers (``--phase rerank``): the toolkit's listwise reranker (``pair trai
 --listwise_negatives``, :data:`RERANK_VARIANT`, the best of ``bench_retrieval``'s variants on
 validation) against sentence-transformers' ``CrossEncoderTrainer`` on the same rows (each question,
 its passage and 3 negatives mined by the fine-tuned hard-negative bi-encoder), the same epochs,
-pairs per step, learning rate, warm-up, weight decay and length: listwise with its
-``MultipleNegativesRankingLoss`` over the given negatives (``num_negatives=0``: no sampled extra
-passages, so both score the same pairs), and pointwise with ``BinaryCrossEntropyLoss`` on the rows'
-labelled pairs. Each re-orders the same bi-encoder's top 10 or 30 on test, the depth chosen on
+queries per step, learning rate, warm-up, weight decay and length: listwise with its
+``MultipleNegativesRankingLoss`` at its defaults (the given negatives plus 4 passages of other rows
+sampled per query, so it scores twice the toolkit's pairs a step; ``num_negatives=0`` is refused by
+its sampler) and the duplicate-free sampler it recommends, and pointwise with
+``BinaryCrossEntropyLoss`` on the rows' labelled pairs (32 a step, the toolkit's pairs per step). Each re-orders the same bi-encoder's top 10 or 30 on test, the depth chosen on
 validation, and is scored by the same code.
 
 Both sides' models are encoded by :func:`encoder_tasks.tasks.embedding.model.encode_texts` and
@@ -293,7 +294,7 @@ def st_reranker_rows(rows_file: Path, kind: str):
 
 def train_st_reranker(out: Path, rows_file: Path, size: dict, seed: int, kind: str) -> dict:
     """sentence-transformers' ``CrossEncoderTrainer`` at the toolkit reranker's settings: its
-    epochs, pairs per step (8 queries x 4 passages), ``pair train``'s learning rate, warm-up and
+    epochs, queries per step (8, or their 32 pairs), ``pair train``'s learning rate, warm-up and
     weight decay (``EncoderTrainingArguments``' defaults), ``max_length + 32`` tokens; saved to
     ``out``. The head has no rate of its own there (the toolkit's trains at 1e-3)."""
     from sentence_transformers.cross_encoder import (
@@ -302,19 +303,26 @@ def train_st_reranker(out: Path, rows_file: Path, size: dict, seed: int, kind: s
         CrossEncoderTrainingArguments,
         losses,
     )
+    from sentence_transformers.training_args import BatchSamplers
 
     from encoder_tasks.training_args import EncoderTrainingArguments as Ours
 
     start = time.perf_counter()
     model = CrossEncoder(minilm_path(), num_labels=1, max_length=size["max_length"] + 32, device="cpu")
-    if kind == "mnrl":
-        loss, batch = losses.MultipleNegativesRankingLoss(model, num_negatives=0), RERANK_QUERIES
+    if kind == "mnrl":  # its defaults: 4 passages of other rows sampled per query besides the 3 given
+        loss, batch, sampler = (
+            losses.MultipleNegativesRankingLoss(model),
+            RERANK_QUERIES,
+            BatchSamplers.NO_DUPLICATES,
+        )
     else:
         loss, batch = losses.BinaryCrossEntropyLoss(model), RERANK_QUERIES * (1 + RERANK_NEGATIVES)
+        sampler = BatchSamplers.BATCH_SAMPLER
     args = CrossEncoderTrainingArguments(
         output_dir=str(out / "checkpoints"),
         num_train_epochs=RERANK_EPOCHS,
         per_device_train_batch_size=batch,
+        batch_sampler=sampler,
         learning_rate=Ours.learning_rate,
         warmup_ratio=Ours.warmup_steps,
         weight_decay=Ours.weight_decay,
