@@ -371,8 +371,9 @@ def rerank_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
         alone = cached(run / "hardneg-test.json",
                        lambda hard=hard: {"hardneg": br.scores(*br.first(br.ranked(str(hard), splits["test"], size), "dim384"))})  # fmt: skip
         results.setdefault("hardneg, no reranker", []).append(alone["hardneg"])
-        # The side that goes first alternates with the seed, as in the training rows.
-        for row, kind in sorted(RERANK_ROWS.items(), reverse=seed % 2 == 1):
+        # The order (RERANK_ROWS') is reversed on odd seeds: the machine's drift is shared out.
+        order = list(RERANK_ROWS.items())
+        for row, kind in reversed(order) if seed % 2 else order:
             out = run / (br.reranker_folder(RERANK_VARIANT) if kind is None else f"vs-st-ce-{kind}")
 
             def measure(out=out, kind=kind, seed=seed, hard=hard, rows_file=rows_file):
@@ -499,7 +500,8 @@ def main() -> None:
     parser.add_argument(
         "--work", default=None, help="bench_retrieval's cache folder (default: /tmp/bench-retrieval-<size>)"
     )
-    parser.add_argument("--rows", default="all", help="row names separated by ';' (default all)")
+    parser.add_argument("--rows", default="all",
+                        help="row names separated by ';' (default all): ROWS, or RERANK_ROWS with --phase rerank")  # fmt: skip
     parser.add_argument("--phase", choices=("train", "cached-steps", "rerank"), default="train",
                         help="train: the rows, both trainers; cached-steps: one GradCache step of each side, "
                              "interleaved on the same batches (English); rerank: the toolkit's reranker against "
@@ -517,13 +519,14 @@ def main() -> None:
                    "chunk": 32, "steps": timed, "tables": cached_steps_tables(timed)}  # fmt: skip
         print(f"results: {save_results('retrieval-st-cached-steps', payload)}")
         return
-    if args.rows != "all":
+    if args.rows != "all":  # keep the named rows of the phase's table (in place: the phases read them)
+        table = RERANK_ROWS if args.phase == "rerank" else ROWS
         wanted = [r.strip() for r in args.rows.split(";") if r.strip()]
-        unknown = sorted(set(wanted) - set(ROWS))
+        unknown = sorted(set(wanted) - set(table))
         if unknown:
-            parser.error(f"--rows: unknown {unknown}; expected names from {list(ROWS)}")
-        for name in set(ROWS) - set(wanted):
-            ROWS.pop(name)
+            parser.error(f"--rows: unknown {unknown}; expected names from {list(table)}")
+        for name in set(table) - set(wanted):
+            table.pop(name)
     seeds = list(range(42, 42 + (args.seeds or size["seeds"])))
     if args.phase == "rerank":
         results = {lang: rerank_lang(lang, size, seeds, work) for lang in args.langs.split(",")}
