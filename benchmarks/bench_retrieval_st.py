@@ -12,7 +12,9 @@ one after the other in one process. Each toolkit row has a sentence-transformers
 ``SentenceTransformerTrainer`` on the same rows in the same order of files with the settings the
 toolkit row ran at: 1 epoch, batch 32 (``size["batch"]``), learning rate 2e-5, 10% linear warm-up,
 weight decay 0.01, 128 tokens, scale 20 (the toolkit's temperature 0.05), the duplicate-free batch
-sampler (``BatchSamplers.NO_DUPLICATES``, as the toolkit's ``--batch_sampler no_duplicates``):
+sampler (``BatchSamplers.NO_DUPLICATES``, as the toolkit's ``--batch_sampler no_duplicates``), and
+the precision the toolkit's default picks on the machine (bf16 on a CPU with native bf16, else
+fp32; :func:`st_bf16`):
 
 - in-batch negatives: ``MultipleNegativesRankingLoss`` / ``embedding train`` (mnrl);
 - one mined hard negative per question (the base model's, ranks 3-50): the same loss on
@@ -78,6 +80,16 @@ ROWS = {
 logger = logging.getLogger("bench_retrieval_st")
 
 
+def st_bf16() -> bool:
+    """Whether sentence-transformers' side trains in bf16: where the toolkit's own default
+    (``--mixed_precision auto``) does, on a CPU with native bf16 (AVX512-BF16 or AMX), so both
+    sides train in the precision the machine computes natively; fp32 elsewhere, as both did on
+    the AVX2-only CPU of the first tables."""
+    from encoder_tasks.devices import native_bf16_available
+
+    return native_bf16_available(use_cpu=True)
+
+
 def read_rows(path: Path):
     """A JSON-lines training file as a ``datasets.Dataset`` with the columns in file order
     (sentence-transformers takes the first column as the anchor, the second as the positive)."""
@@ -127,6 +139,7 @@ def train_st(out: Path, train: Path, size: dict, seed: int, kind: str, batch: in
         report_to="none",
         disable_tqdm=True,
         use_cpu=True,
+        bf16=st_bf16(),
         logging_steps=20,
     )
     trainer = SentenceTransformerTrainer(
@@ -135,7 +148,7 @@ def train_st(out: Path, train: Path, size: dict, seed: int, kind: str, batch: in
     result = trainer.train()
     model.save_pretrained(str(out))
     wall = time.perf_counter() - start
-    return {"train_wall_s": round(wall, 1), "train_steps": result.global_step}
+    return {"train_wall_s": round(wall, 1), "train_steps": result.global_step, "bf16": args.bf16}
 
 
 def train_toolkit(out: Path, train: Path, size: dict, seed: int, flags: list[str], batch: int | None) -> dict:
@@ -168,7 +181,7 @@ def run_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
             tag = f"{kind}-{file.split('.')[0]}-b{batch or size['batch']}"
             sides = {
                 "toolkit": run / f"vs-st-toolkit-{tag}",
-                "sentence-transformers": run / f"vs-st-st-{tag}",
+                "sentence-transformers": run / f"vs-st-st-{tag}{'-bf16' if st_bf16() else ''}",
             }
             # The side that goes first alternates with the seed: this machine's speed drifts within
             # minutes, and a fixed order would hand the drift to one side.
@@ -193,7 +206,8 @@ def cached_step_times(work: Path, size: dict, batches: int, repeats: int) -> dic
     """One GradCache training step (forward, loss, backward; no optimiser) of each side on the same
     batches of ``CACHED_BATCH`` mined (question, passage, negative) rows in chunks of 32, the two
     sides interleaved batch by batch after a warm-up round (:func:`interleaved_seconds`): whether the
-    GradCache row's time gap is in the step, free of the machine's drift between two whole runs."""
+    GradCache row's time gap is in the step, free of the machine's drift between two whole runs.
+    Both sides in fp32 (no autocast)."""
     from sentence_transformers import SentenceTransformer
 
     from encoder_tasks.backbone import load_encoder, load_tokenizer
@@ -331,6 +345,7 @@ def train_st_reranker(out: Path, rows_file: Path, size: dict, seed: int, kind: s
         report_to="none",
         disable_tqdm=True,
         use_cpu=True,
+        bf16=st_bf16(),
         logging_steps=20,
     )
     trainer = CrossEncoderTrainer(
@@ -338,7 +353,8 @@ def train_st_reranker(out: Path, rows_file: Path, size: dict, seed: int, kind: s
     )
     result = trainer.train()
     model.save_pretrained(str(out))
-    return {"train_wall_s": round(time.perf_counter() - start, 1), "train_steps": result.global_step}
+    return {"train_wall_s": round(time.perf_counter() - start, 1), "train_steps": result.global_step,
+            "bf16": args.bf16}  # fmt: skip
 
 
 def reranked(scorer, hard: Path, splits: dict, size: dict) -> dict:
@@ -374,7 +390,8 @@ def rerank_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
         # The order (RERANK_ROWS') is reversed on odd seeds: the machine's drift is shared out.
         order = list(RERANK_ROWS.items())
         for row, kind in reversed(order) if seed % 2 else order:
-            out = run / (br.reranker_folder(RERANK_VARIANT) if kind is None else f"vs-st-ce-{kind}")
+            out = run / (br.reranker_folder(RERANK_VARIANT) if kind is None
+                         else f"vs-st-ce-{kind}{'-bf16' if st_bf16() else ''}")  # fmt: skip
 
             def measure(out=out, kind=kind, seed=seed, hard=hard, rows_file=rows_file):
                 if kind is None:
@@ -531,7 +548,7 @@ def main() -> None:
     if args.phase == "rerank":
         results = {lang: rerank_lang(lang, size, seeds, work) for lang in args.langs.split(",")}
         payload = {"size": args.size, "seeds": seeds, "toolkit_variant": {RERANK_VARIANT: br.RERANK_VARIANTS[RERANK_VARIANT]},
-                   "st_losses": RERANK_ROWS, "results": results, "tables": rerank_tables(results)}  # fmt: skip
+                   "st_losses": RERANK_ROWS, "sentence_transformers_bf16": st_bf16(), "results": results, "tables": rerank_tables(results)}  # fmt: skip
         t = payload["tables"]["rerank-st"]
         print_table([dict(zip(t["columns"], r)) for r in t["rows"]], t["columns"])
         print(f"results: {save_results('retrieval-st-rerank', payload)}")
@@ -539,6 +556,7 @@ def main() -> None:
     results = {lang: run_lang(lang, size, seeds, work) for lang in args.langs.split(",")}
     payload = {"size": args.size, "seeds": seeds, "rows": {k: list(v) for k, v in ROWS.items()},
                "settings": {"learning_rate": LEARNING_RATE, "warmup_ratio": WARMUP, "weight_decay": WEIGHT_DECAY,
+                            "sentence_transformers_bf16": st_bf16(),
                             "cached_batch": CACHED_BATCH, "sizes": size},
                "results": results, "tables": tables(results)}  # fmt: skip
     t = payload["tables"]["retrieval-st"]
