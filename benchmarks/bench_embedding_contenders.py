@@ -27,7 +27,15 @@ import shutil
 import time
 from pathlib import Path
 
-from benchmarks.common import DATA, interleaved_seconds, mean_spread, minilm_path, print_table, save_results
+from benchmarks.common import (
+    DATA,
+    interleaved_seconds,
+    mean_spread,
+    minilm_path,
+    print_table,
+    save_results,
+    training_bf16,
+)
 from benchmarks.harness import REPO, cached, invocation
 
 RECIPE = REPO / "recipes" / "embedding" / "default.yaml"
@@ -91,6 +99,7 @@ def train_st(out: Path, seed: int, max_steps: int = -1) -> dict:
         report_to="none",
         disable_tqdm=True,
         use_cpu=True,
+        bf16=training_bf16(),  # the toolkit's default precision on this machine
         logging_steps=50,
     )
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss=CoSENTLoss(model))

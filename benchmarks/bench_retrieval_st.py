@@ -14,7 +14,7 @@ toolkit row ran at: 1 epoch, batch 32 (``size["batch"]``), learning rate 2e-5, 1
 weight decay 0.01, 128 tokens, scale 20 (the toolkit's temperature 0.05), the duplicate-free batch
 sampler (``BatchSamplers.NO_DUPLICATES``, as the toolkit's ``--batch_sampler no_duplicates``), and
 the precision the toolkit's default picks on the machine (bf16 on a CPU with native bf16, else
-fp32; :func:`st_bf16`):
+fp32; :func:`benchmarks.common.training_bf16`):
 
 - in-batch negatives: ``MultipleNegativesRankingLoss`` / ``embedding train`` (mnrl);
 - one mined hard negative per question (the base model's, ranks 3-50): the same loss on
@@ -52,7 +52,15 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import bench_retrieval as br
-from benchmarks.common import MINILM, interleaved_seconds, mean_spread, minilm_path, print_table, save_results
+from benchmarks.common import (
+    MINILM,
+    interleaved_seconds,
+    mean_spread,
+    minilm_path,
+    print_table,
+    save_results,
+    training_bf16,
+)
 from benchmarks.harness import cached
 
 #: The large batch of the GradCache rows (both sides cut it into chunks of 32).
@@ -78,16 +86,6 @@ ROWS = {
     ),
 }
 logger = logging.getLogger("bench_retrieval_st")
-
-
-def st_bf16() -> bool:
-    """Whether sentence-transformers' side trains in bf16: where the toolkit's own default
-    (``--mixed_precision auto``) does, on a CPU with native bf16 (AVX512-BF16 or AMX), so both
-    sides train in the precision the machine computes natively; fp32 elsewhere, as both did on
-    the AVX2-only CPU of the first tables."""
-    from encoder_tasks.devices import native_bf16_available
-
-    return native_bf16_available(use_cpu=True)
 
 
 def read_rows(path: Path):
@@ -139,7 +137,7 @@ def train_st(out: Path, train: Path, size: dict, seed: int, kind: str, batch: in
         report_to="none",
         disable_tqdm=True,
         use_cpu=True,
-        bf16=st_bf16(),
+        bf16=training_bf16(),
         logging_steps=20,
     )
     trainer = SentenceTransformerTrainer(
@@ -181,7 +179,7 @@ def run_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
             tag = f"{kind}-{file.split('.')[0]}-b{batch or size['batch']}"
             sides = {
                 "toolkit": run / f"vs-st-toolkit-{tag}",
-                "sentence-transformers": run / f"vs-st-st-{tag}{'-bf16' if st_bf16() else ''}",
+                "sentence-transformers": run / f"vs-st-st-{tag}{'-bf16' if training_bf16() else ''}",
             }
             # The side that goes first alternates with the seed: this machine's speed drifts within
             # minutes, and a fixed order would hand the drift to one side.
@@ -345,7 +343,7 @@ def train_st_reranker(out: Path, rows_file: Path, size: dict, seed: int, kind: s
         report_to="none",
         disable_tqdm=True,
         use_cpu=True,
-        bf16=st_bf16(),
+        bf16=training_bf16(),
         logging_steps=20,
     )
     trainer = CrossEncoderTrainer(
@@ -391,7 +389,7 @@ def rerank_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
         order = list(RERANK_ROWS.items())
         for row, kind in reversed(order) if seed % 2 else order:
             out = run / (br.reranker_folder(RERANK_VARIANT) if kind is None
-                         else f"vs-st-ce-{kind}{'-bf16' if st_bf16() else ''}")  # fmt: skip
+                         else f"vs-st-ce-{kind}{'-bf16' if training_bf16() else ''}")  # fmt: skip
 
             def measure(out=out, kind=kind, seed=seed, hard=hard, rows_file=rows_file):
                 if kind is None:
@@ -548,7 +546,7 @@ def main() -> None:
     if args.phase == "rerank":
         results = {lang: rerank_lang(lang, size, seeds, work) for lang in args.langs.split(",")}
         payload = {"size": args.size, "seeds": seeds, "toolkit_variant": {RERANK_VARIANT: br.RERANK_VARIANTS[RERANK_VARIANT]},
-                   "st_losses": RERANK_ROWS, "sentence_transformers_bf16": st_bf16(), "results": results, "tables": rerank_tables(results)}  # fmt: skip
+                   "st_losses": RERANK_ROWS, "sentence_transformers_bf16": training_bf16(), "results": results, "tables": rerank_tables(results)}  # fmt: skip
         t = payload["tables"]["rerank-st"]
         print_table([dict(zip(t["columns"], r)) for r in t["rows"]], t["columns"])
         print(f"results: {save_results('retrieval-st-rerank', payload)}")
@@ -556,7 +554,7 @@ def main() -> None:
     results = {lang: run_lang(lang, size, seeds, work) for lang in args.langs.split(",")}
     payload = {"size": args.size, "seeds": seeds, "rows": {k: list(v) for k, v in ROWS.items()},
                "settings": {"learning_rate": LEARNING_RATE, "warmup_ratio": WARMUP, "weight_decay": WEIGHT_DECAY,
-                            "sentence_transformers_bf16": st_bf16(),
+                            "sentence_transformers_bf16": training_bf16(),
                             "cached_batch": CACHED_BATCH, "sizes": size},
                "results": results, "tables": tables(results)}  # fmt: skip
     t = payload["tables"]["retrieval-st"]

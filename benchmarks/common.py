@@ -47,6 +47,20 @@ def require_data(*relative: str) -> list[Path]:
     return paths
 
 
+def training_bf16() -> bool:
+    """Whether a contender's trainer (sentence-transformers') trains in bf16 here: where the
+    toolkit's own default (``--mixed_precision auto``) does, on a CPU with native bf16 (AVX512-BF16
+    or AMX), so both sides train in the precision the machine computes natively; fp32 elsewhere.
+
+    Example:
+        >>> isinstance(training_bf16(), bool)
+        True
+    """
+    from encoder_tasks.devices import native_bf16_available
+
+    return native_bf16_available(use_cpu=True)
+
+
 def save_results(name: str, results: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
