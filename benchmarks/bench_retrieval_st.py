@@ -31,7 +31,8 @@ queries per step, learning rate, warm-up, weight decay and length: listwise with
 ``MultipleNegativesRankingLoss`` at its defaults (the given negatives plus 4 passages of other rows
 sampled per query, so it scores twice the toolkit's pairs a step; ``num_negatives=0`` is refused by
 its sampler) and the duplicate-free sampler it recommends, and pointwise with
-``BinaryCrossEntropyLoss`` on the rows' labelled pairs (32 a step, the toolkit's pairs per step). Each re-orders the same bi-encoder's top 10 or 30 on test, the depth chosen on
+``BinaryCrossEntropyLoss`` on the rows' labelled pairs (32 a step, the toolkit's pairs per step;
+``pos_weight`` 3, the negatives per positive, as its own reranker examples set it). Each re-orders the same bi-encoder's top 10 or 30 on test, the depth chosen on
 validation, and is scored by the same code.
 
 Both sides' models are encoded by :func:`encoder_tasks.tasks.embedding.model.encode_texts` and
@@ -309,6 +310,7 @@ def train_st_reranker(out: Path, rows_file: Path, size: dict, seed: int, kind: s
     epochs, queries per step (8, or their 32 pairs), ``pair train``'s learning rate, warm-up and
     weight decay (``EncoderTrainingArguments``' defaults), ``max_length + 32`` tokens; saved to
     ``out``. The head has no rate of its own there (the toolkit's trains at 1e-3)."""
+    import torch
     from sentence_transformers.cross_encoder import (
         CrossEncoder,
         CrossEncoderTrainer,
@@ -328,7 +330,10 @@ def train_st_reranker(out: Path, rows_file: Path, size: dict, seed: int, kind: s
             BatchSamplers.NO_DUPLICATES,
         )
     else:
-        loss, batch = losses.BinaryCrossEntropyLoss(model), RERANK_QUERIES * (1 + RERANK_NEGATIVES)
+        # pos_weight = negatives per positive, as sentence-transformers' own reranker examples set it
+        pos_weight = torch.tensor(float(RERANK_NEGATIVES))
+        loss = losses.BinaryCrossEntropyLoss(model, pos_weight=pos_weight)
+        batch = RERANK_QUERIES * (1 + RERANK_NEGATIVES)
         sampler = BatchSamplers.BATCH_SAMPLER
     args = CrossEncoderTrainingArguments(
         output_dir=str(out / "checkpoints"),
