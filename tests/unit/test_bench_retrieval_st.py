@@ -91,3 +91,10 @@ def test_rerank_tables_compare_with_the_bi_encoder_and_each_st_reranker():
     assert versus[2:5] == ["+0.0", "1.4", "yes"] and versus[6] == "1.05x"
     assert targets[f"toolkit - {bce}, nDCG@10 (points)"][2] == "+14.0"
     assert targets[f"{bce} - no reranker, nDCG@10 (points)"][4] == "no"
+
+
+def test_one_seed_is_not_judged():
+    ours = next(iter(st.RERANK_ROWS))
+    results = {"en": {"hardneg, no reranker": [_run(0.50)], ours: [_run(0.55, 100, 10)]}}
+    (gain,) = st.rerank_tables(results)["rerank-st-targets"]["rows"]
+    assert gain[2:5] == ["+5.0", "- (1 seed)", "not judged"]
