@@ -113,6 +113,13 @@ def st_loss_of(model, kind: str):
     raise ValueError(kind)
 
 
+def st_run_args(out: Path, seed: int) -> dict:
+    """The training arguments every sentence-transformers trainer here shares: the seed, nothing
+    saved or reported but the model, the CPU, and the toolkit's precision on this machine."""
+    return dict(output_dir=str(out / "checkpoints"), seed=seed, save_strategy="no", report_to="none",
+                disable_tqdm=True, use_cpu=True, bf16=training_bf16(), logging_steps=20)  # fmt: skip
+
+
 def train_st(out: Path, train: Path, size: dict, seed: int, kind: str, batch: int) -> dict:
     """sentence-transformers' trainer at the toolkit row's settings; the model saved to ``out``."""
     from sentence_transformers import (
@@ -126,20 +133,13 @@ def train_st(out: Path, train: Path, size: dict, seed: int, kind: str, batch: in
     model = SentenceTransformer(minilm_path(), device="cpu")  # the package's copy (offline)
     model.max_seq_length = size["max_length"]
     args = SentenceTransformerTrainingArguments(
-        output_dir=str(out / "checkpoints"),
         num_train_epochs=size["epochs"],
         per_device_train_batch_size=batch,
         learning_rate=LEARNING_RATE,
         warmup_ratio=WARMUP,
         weight_decay=WEIGHT_DECAY,
         batch_sampler=BatchSamplers.NO_DUPLICATES,
-        seed=seed,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        use_cpu=True,
-        bf16=training_bf16(),
-        logging_steps=20,
+        **st_run_args(out, seed),
     )
     trainer = SentenceTransformerTrainer(
         model=model, args=args, train_dataset=read_rows(train), loss=st_loss_of(model, kind)
@@ -336,20 +336,13 @@ def train_st_reranker(out: Path, rows_file: Path, size: dict, seed: int, kind: s
         batch = RERANK_QUERIES * (1 + RERANK_NEGATIVES)
         sampler = BatchSamplers.BATCH_SAMPLER
     args = CrossEncoderTrainingArguments(
-        output_dir=str(out / "checkpoints"),
         num_train_epochs=RERANK_EPOCHS,
         per_device_train_batch_size=batch,
         batch_sampler=sampler,
         learning_rate=Ours.learning_rate,
         warmup_ratio=Ours.warmup_steps,
         weight_decay=Ours.weight_decay,
-        seed=seed,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        use_cpu=True,
-        bf16=training_bf16(),
-        logging_steps=20,
+        **st_run_args(out, seed),
     )
     trainer = CrossEncoderTrainer(
         model=model, args=args, train_dataset=st_reranker_rows(rows_file, kind), loss=loss
