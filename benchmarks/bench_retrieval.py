@@ -211,7 +211,7 @@ def rerank_scores(reranker, split: dict, indices, relevant, k: int) -> dict:
     if hasattr(reranker, "scores"):
         scorer = reranker
     else:
-        scorer = CrossEncoderScorer.load(reranker, batch_size=64, disable_tqdm=True)
+        scorer = CrossEncoderScorer.load(str(reranker), batch_size=64, disable_tqdm=True)
     queries = [q for q, _ in split["pairs"]]
     top, _ = rerank(scorer, queries, indices[:, :k], split["corpus"], k)
     # beyond the reranked head the bi-encoder's order stands
@@ -259,15 +259,22 @@ def run_lang(lang: str, size: dict, seeds: list[int], work: Path, with_reranker:
     return results
 
 
-def rerank_rows(hard: Path, reranker: Path, splits: dict, size: dict) -> dict:
-    """The reranker re-ordering the hard-negative model's results on test, after the one choice
-    (how many results it re-orders) is made on validation."""
+def rerank_rows(hard: Path, reranker, splits: dict, size: dict) -> dict:
+    """The reranker (a pair run's folder, or any object with ``scores(pairs)``) re-ordering the
+    hard-negative model's results on test, after the one choice (how many results it re-orders) is
+    made on validation."""
     val_ranked, val_rel = ranked(str(hard), splits["validation"], size)
-    choice = max(size["rerank_k"], key=lambda k: rerank_scores(str(reranker), splits["validation"],
+    choice = max(size["rerank_k"], key=lambda k: rerank_scores(reranker, splits["validation"],
                                                                val_ranked["dim384"], val_rel, k)["ndcg@10"])  # fmt: skip
     hard_ranked, rel = ranked(str(hard), splits["test"], size)
-    return {"hardneg + reranker": {**rerank_scores(str(reranker), splits["test"], hard_ranked["dim384"], rel, choice),
+    return {"hardneg + reranker": {**rerank_scores(reranker, splits["test"], hard_ranked["dim384"], rel, choice),
                                    "rerank_top_k": choice}}  # fmt: skip
+
+
+def hardneg_alone(run: Path, hard: Path, splits: dict, size: dict) -> dict:
+    """``{"hardneg": scores}`` of the hard-negative model alone on test (cached in ``run``)."""
+    return cached(run / "hardneg-test.json",
+                  lambda: {"hardneg": scores(*first(ranked(str(hard), splits["test"], size), "dim384"))})  # fmt: skip
 
 
 def first(pair, key):
@@ -414,8 +421,7 @@ def rerank_test(work: Path, size: dict, seeds: list[int], variant: str, lang: st
         flags = RERANK_VARIANTS[variant]
         data = reranker_data(flags, labelled, hard, folder, run, size)
         reranker = train_reranker(run / reranker_folder(variant), data, size, seed, *flags)
-        rows = dict(cached(run / "hardneg-test.json",
-                           lambda hard=hard: {"hardneg": scores(*first(ranked(str(hard), splits["test"], size), "dim384"))}))  # fmt: skip
+        rows = dict(hardneg_alone(run, hard, splits, size))
         rows.update(cached(reranker.with_name(reranker.name + "-test.json"),
                            lambda hard=hard, reranker=reranker: rerank_rows(hard, reranker, splits, size)))  # fmt: skip
         for name, row in rows.items():

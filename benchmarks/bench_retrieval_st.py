@@ -353,19 +353,6 @@ def train_st_reranker(out: Path, rows_file: Path, size: dict, seed: int, kind: s
             "bf16": args.bf16}  # fmt: skip
 
 
-def reranked(scorer, hard: Path, splits: dict, size: dict) -> dict:
-    """``scorer`` re-ordering the bi-encoder ``hard``'s top k on test, k chosen on validation
-    (``bench_retrieval.rerank_rows``' rule)."""
-    val_ranked, val_rel = br.ranked(str(hard), splits["validation"], size)
-    choice = max(size["rerank_k"], key=lambda k: br.rerank_scores(scorer, splits["validation"], val_ranked["dim384"],
-                                                                  val_rel, k)["ndcg@10"])  # fmt: skip
-    test_ranked, rel = br.ranked(str(hard), splits["test"], size)
-    return {
-        **br.rerank_scores(scorer, splits["test"], test_ranked["dim384"], rel, choice),
-        "rerank_top_k": choice,
-    }
-
-
 def rerank_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
     """``{row: [per seed]}``: the hard-negative bi-encoder alone and re-ordered by each reranker."""
     splits = br.build_splits(lang, size, work)
@@ -380,9 +367,9 @@ def rerank_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
         run = folder / f"seed{seed}"
         hard = br.train_embedding(run / "hardneg", mined, size, seed, "--negative_columns", "negative_1")
         rows_file = br.reranker_data(flags, labelled, hard, folder, run, size)  # the second mining round
-        alone = cached(run / "hardneg-test.json",
-                       lambda hard=hard: {"hardneg": br.scores(*br.first(br.ranked(str(hard), splits["test"], size), "dim384"))})  # fmt: skip
-        results.setdefault("hardneg, no reranker", []).append(alone["hardneg"])
+        results.setdefault("hardneg, no reranker", []).append(
+            br.hardneg_alone(run, hard, splits, size)["hardneg"]
+        )
         # The order (RERANK_ROWS') is reversed on odd seeds: the machine's drift is shared out.
         order = list(RERANK_ROWS.items())
         for row, kind in reversed(order) if seed % 2 else order:
@@ -394,11 +381,11 @@ def rerank_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
                     start = time.perf_counter()
                     br.train_reranker(out, rows_file, size, seed, *flags)
                     timing = {"train_wall_s": round(time.perf_counter() - start, 1)}
-                    scorer = str(out)
+                    scorer = out
                 else:
                     timing = train_st_reranker(out, rows_file, size, seed, kind)
                     scorer = StCrossEncoderScorer(out)
-                return {**timing, **reranked(scorer, hard, splits, size)}
+                return {**timing, **br.rerank_rows(hard, scorer, splits, size)["hardneg + reranker"]}
 
             record = cached(out.with_name(out.name + "-st-rerank.json"), measure)
             results.setdefault(row, []).append(record)
@@ -468,8 +455,7 @@ def _gap(a: list[dict], b: list[dict]) -> tuple[float, float]:
 
 
 def _cell(runs: list[dict], key: str, dims: int = 384) -> str:
-    s = mean_spread([r[f"dim{dims}"][key] for r in runs])
-    return f"{100 * s['mean']:.1f} ± {100 * s['std']:.1f}" if len(runs) > 1 else f"{100 * s['mean']:.1f}"
+    return _spread([r[f"dim{dims}"] for r in runs], key)
 
 
 def tables(results: dict) -> dict:
