@@ -401,11 +401,7 @@ def rerank_tables(results: dict) -> dict:
     for lang, by_row in results.items():
         for name, runs in by_row.items():
             cells = [_spread(runs, m) for m in metrics]
-            wall = (
-                f"{mean_spread([r['train_wall_s'] for r in runs])['mean']:.1f}"
-                if "train_wall_s" in runs[0]
-                else "-"
-            )
+            wall = f"{_mean_wall(runs):.1f}" if "train_wall_s" in runs[0] else "-"
             top = ", ".join(str(r["rerank_top_k"]) for r in runs) if "rerank_top_k" in runs[0] else "-"
             rows.append([lang, name, *cells, wall, top, len(runs)])
         alone = by_row["hardneg, no reranker"]
@@ -420,10 +416,7 @@ def rerank_tables(results: dict) -> dict:
                             ("yes" if diff >= 3 else "no") if judged else "not judged", ">= +3", "-"])  # fmt: skip
             if name != ours_name and ours_name in by_row:
                 diff, spread = _gap(by_row[ours_name], by_row[name])
-                t = [
-                    mean_spread([r["train_wall_s"] for r in x])["mean"]
-                    for x in (by_row[ours_name], by_row[name])
-                ]
+                t = [_mean_wall(by_row[ours_name]), _mean_wall(by_row[name])]
                 targets.append([lang, f"toolkit - {name}, nDCG@10 (points)", f"{diff:+.1f}",
                                 f"{spread:.1f}" if judged else "- (1 seed)",
                                 ("yes" if diff >= -spread else "no") if judged else "not judged",
@@ -454,6 +447,11 @@ def _gap(a: list[dict], b: list[dict]) -> tuple[float, float]:
     return 100 * (sa["mean"] - sb["mean"]), 100 * max(sa["std"], sb["std"])
 
 
+def _mean_wall(runs: list[dict]) -> float:
+    """The mean training wall time of ``runs``, in seconds."""
+    return mean_spread([r["train_wall_s"] for r in runs])["mean"]
+
+
 def _cell(runs: list[dict], key: str, dims: int = 384) -> str:
     return _spread([r[f"dim{dims}"] for r in runs], key)
 
@@ -467,16 +465,13 @@ def tables(results: dict) -> dict:
             for d in dims:
                 name = row if d == 384 else f"{row}, cut to {d}"
                 for side, runs in sides.items():
-                    time_ = mean_spread([r["train_wall_s"] for r in runs])
                     rows.append([lang, name, side, _cell(runs, "ndcg@10", d), _cell(runs, "recall@10", d),
-                                 _cell(runs, "mrr@10", d), f"{time_['mean']:.1f}", len(runs)])  # fmt: skip
+                                 _cell(runs, "mrr@10", d), f"{_mean_wall(runs):.1f}", len(runs)])  # fmt: skip
             ours, theirs = sides.get("toolkit", []), sides.get("sentence-transformers", [])
             if ours and theirs:
-                gap = [mean_spread([r["dim384"]["ndcg@10"] for r in x]) for x in (ours, theirs)]
-                t = [mean_spread([r["train_wall_s"] for r in x])["mean"] for x in (ours, theirs)]
-                spread = max(gap[0]["std"], gap[1]["std"])
-                diff = gap[0]["mean"] - gap[1]["mean"]
-                targets.append([lang, row, f"{100 * diff:+.1f}", f"{100 * spread:.1f}",
+                diff, spread = _gap([r["dim384"] for r in ours], [r["dim384"] for r in theirs])
+                t = [_mean_wall(ours), _mean_wall(theirs)]
+                targets.append([lang, row, f"{diff:+.1f}", f"{spread:.1f}",
                                 "yes" if diff >= -spread else "no", f"{t[0] / t[1]:.2f}x",
                                 "yes" if t[0] <= t[1] * 1.05 else "no"])  # fmt: skip
     return {
