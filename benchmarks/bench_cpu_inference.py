@@ -198,6 +198,22 @@ CONTENDERS = [
         {"quantized": "toolkit-int8", "flags": ["--model_workers", "2"]},
     ),
     Contender(
+        "serve-toolkit-threads1",
+        "serving",
+        "main",
+        "serve",
+        "`encoder-tasks serve --model_threads 1` (the model on one core, the event loop on the other)",
+        {"flags": ["--model_threads", "1"]},
+    ),
+    Contender(
+        "serve-toolkit-int8-threads1",
+        "serving",
+        "main",
+        "serve",
+        "the int8 copy, `--model_threads 1`",
+        {"quantized": "toolkit-int8", "flags": ["--model_threads", "1"]},
+    ),
+    Contender(
         "serve-infinity-torch",
         "serving",
         "infinity",

@@ -324,10 +324,11 @@ def swap_encoder(model: nn.Module, runtime: EncoderRuntime) -> None:
     model.cpu()
 
 
-def share_between(model: nn.Module, callers: int) -> str:
-    """Set ``model``'s encoder up for ``callers`` threads running batches at once: a runtime's
+def share_between(model: nn.Module, callers: int, threads: int | None = None) -> str:
+    """Set ``model``'s encoder up for ``callers`` threads running batches at once, each batch on
+    ``threads`` intra-op threads (None: the cores' share): a runtime's
     :meth:`~encoder_tasks.runtimes.base.EncoderRuntime.for_callers`, or torch's intra-op threads
-    cut to the cores' share (torch's thread count is the process's). Returns what it did.
+    (torch's thread count is the process's). Returns what it did.
 
     Example:
         >>> share_between(torch.nn.Linear(2, 2), 1)
@@ -335,14 +336,16 @@ def share_between(model: nn.Module, callers: int) -> str:
     """
     encoder = getattr(model, "encoder", None)
     backend = encoder.backend if isinstance(encoder, EncoderRuntime) else "torch"
-    if callers <= 1:
+    if callers <= 1 and threads is None:
         return f"{backend}: 1 batch at a time"
+    batches = f"{callers} batch{'es' if callers > 1 else ''} at {'once' if callers > 1 else 'a time'}"
     if isinstance(encoder, EncoderRuntime):
-        swap_encoder(model, encoder.for_callers(callers))
-        return f"{backend}: {callers} batches at once ({model.encoder.extra_repr()})"
-    threads = max(1, (os.cpu_count() or 1) // callers)
+        swap_encoder(model, encoder.for_callers(callers, threads))
+        return f"{backend}: {batches} ({model.encoder.extra_repr()})"
+    threads = threads or max(1, (os.cpu_count() or 1) // callers)
     torch.set_num_threads(threads)
-    return f"torch: {callers} batches at once, {threads} intra-op threads each"
+    each = " each" if callers > 1 else ""
+    return f"torch: {batches}, {threads} intra-op thread{'s' if threads > 1 else ''}{each}"
 
 
 def apply_backend(

@@ -66,10 +66,10 @@ class EncoderRuntime(nn.Module):
         """The last hidden states (float32 ``[batch, sequence, hidden]``) for int64 ``feeds``."""
         raise NotImplementedError
 
-    def for_callers(self, callers: int) -> EncoderRuntime:
+    def for_callers(self, callers: int, threads: int | None = None) -> EncoderRuntime:
         """This encoder set up for ``callers`` threads calling at once (a server running several
-        batches in flight): each call then gets the cores' share, not every core. The default
-        keeps it as it is."""
+        batches in flight), each call on ``threads`` intra-op threads (None: the cores' share,
+        not every core). The default keeps it as it is."""
         return self
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, return_dict=True, **ignored):

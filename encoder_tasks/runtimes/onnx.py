@@ -187,14 +187,20 @@ class OnnxEncoder(EncoderRuntime):
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return self.session.run(["last_hidden_state"], feeds)[0]
 
-    def for_callers(self, callers: int) -> OnnxEncoder:
-        """A session whose intra-op threads are the cores' share of one of ``callers`` (``run``
-        is thread safe; two sessions' thread pools on the same cores would fight for them)."""
-        if callers <= 1:
+    def for_callers(self, callers: int, threads: int | None = None) -> OnnxEncoder:
+        """A session with ``threads`` intra-op threads, by default the cores' share of one of
+        ``callers`` (``run`` is thread safe; two sessions' thread pools on the same cores would
+        fight for them)."""
+        if callers <= 1 and threads is None:
             return self
-        runtime = OnnxEncoder(_session(self.path, max(1, _cores() // callers)), self.config, self.path)
+        threads = threads or max(1, _cores() // callers)
+        runtime = OnnxEncoder(_session(self.path, threads), self.config, self.path)
         runtime.precision = self.precision
         return runtime
+
+    def extra_repr(self) -> str:
+        threads = self.session.get_session_options().intra_op_num_threads if self.session else None
+        return f"{super().extra_repr()}, intra_op_threads={threads}"
 
     def __getstate__(self):  # an InferenceSession does not pickle: rebuild it from the file
         state = self.__dict__.copy()

@@ -313,20 +313,24 @@ class OpenVINOEncoder(EncoderRuntime):
         finally:
             self._requests.put(request)
 
-    def for_callers(self, callers: int) -> OpenVINOEncoder:
+    def for_callers(self, callers: int, threads: int | None = None) -> OpenVINOEncoder:
         """Compiled again with ``callers`` streams (the THROUGHPUT hint: the cores split between
-        requests in flight); under the LATENCY hint a second request waits for the first."""
-        if callers <= 1:
+        requests in flight; under the LATENCY hint a second request waits for the first), each
+        on ``threads`` threads (None: the cores' share)."""
+        if callers <= 1 and threads is None:
             return self
         settings = self.settings
+        # INFERENCE_NUM_THREADS is every stream's threads together
+        total = threads * callers if threads is not None else settings.get("threads")
+        several = callers > 1
         runtime = load(
             self.path,
             self.config,
-            settings.get("threads"),
-            hint="THROUGHPUT",
+            total,
+            hint="THROUGHPUT" if several else settings.get("hint", DEFAULT_HINT),
             precision=settings.get("inference_precision", "f32"),
             pinning=settings.get("pinning", DEFAULT_PINNING),
-            streams=callers,
+            streams=callers if several else None,
         )
         runtime.precision = self.precision
         return runtime

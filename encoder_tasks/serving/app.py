@@ -51,6 +51,7 @@ class ServeOptions:
     max_wait_ms: float = 5.0
     batch_size: int = 64
     model_workers: int = 1
+    model_threads: int | None = None  # None: the cores shared between the model_workers
     max_inputs_per_request: int = 2048  # OpenAI's own limit: its clients send up to that many
     max_chars_per_input: int = 20000
     max_request_tokens: int = 65536
@@ -103,6 +104,8 @@ class ServeOptions:
         ):
             if getattr(self, name) < least:
                 raise UserError(f"--{name} must be at least {least}, found {getattr(self, name)}")
+        if self.model_threads is not None and self.model_threads < 1:
+            raise UserError(f"--model_threads must be at least 1, found {self.model_threads}")
         if self.max_queue_wait_ms is not None and not self.max_queue_wait_ms >= 0:  # NaN too
             raise UserError(f"--max_queue_wait_ms must be at least 0, found {self.max_queue_wait_ms}")
         for name in ("request_timeout", "header_timeout", "body_timeout", "keep_alive_timeout"):

@@ -86,7 +86,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 #: Flags without a default whose value is a number.
-NUMBER_FLAGS = {"max_queue_wait_ms": float}
+NUMBER_FLAGS = {"max_queue_wait_ms": float, "model_threads": int}
 
 
 def main(argv: list[str]) -> int:
@@ -110,6 +110,8 @@ def main(argv: list[str]) -> int:
         "batch_size": "Inputs per forward pass inside a batch (predict's --batch_size).",
         "model_workers": "Batches in flight per model at once, the cores shared between them (1: one "
         "batch at a time on every core).",
+        "model_threads": "Intra-op threads each model worker computes a batch on. Unset: the cores "
+        "shared between --model_workers (every core for one).",
         "max_inputs_per_request": "Most inputs one request may hold (more: 413; OpenAI's limit).",
         "max_chars_per_input": "Most characters one text of an input may hold (more: 413).",
         "max_body_bytes": "Most bytes a request body may hold, chunked bodies too (more: 413 as it arrives).",

@@ -112,11 +112,11 @@ class ServedModel:
         """One predictor per worker (``--model_workers``): the same model, set up for that many
         batches at once, each with its own copy of the tokenizer (a fast tokenizer is not to be
         shared between threads)."""
-        count = self.options.model_workers
-        if count > 1:
+        count, threads = self.options.model_workers, self.options.model_threads
+        if count > 1 or threads is not None:
             from ..runtimes import share_between
 
-            logger.info("model %r: %s", self.name, share_between(predictor.model, count))
+            logger.info("model %r: %s", self.name, share_between(predictor.model, count, threads))
         copies = [
             dataclasses.replace(predictor, tokenizer=copy.deepcopy(predictor.tokenizer))
             for _ in range(count - 1)

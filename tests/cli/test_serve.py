@@ -215,3 +215,31 @@ def test_two_model_workers_answer_what_one_does(task_runs, backend):
             together = list(pool.map(lambda r: predict(url, r[0], r[1])["predictions"], requests))
     for i, (found, expected) in enumerate(zip(together, alone)):
         assert_close_records(found, expected, BATCHED, where=f"request {i}")
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx", "openvino"])
+def test_a_model_on_one_thread_answers_what_every_core_does(task_runs, backend):
+    # --model_threads 1: the model computes on one core (the event loop keeps the others).
+    import torch
+
+    run = task_runs["embedding"]
+    before = torch.get_num_threads()
+    try:
+        with live_server({"e": run.model_dir}, precision="fp32", backend=backend) as url:
+            alone = predict(url, "e", run.records[:3])["predictions"]
+        with live_server({"e": run.model_dir}, precision="fp32", backend=backend, model_threads=1) as url:
+            encoder = url.app.state.served["e"].predictor.model.encoder
+            if backend == "torch":  # what a new thread, as the model's worker, starts with
+                seen: list[int] = []
+                worker = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+                worker.start()
+                worker.join()
+                assert seen == [1]
+            elif backend == "onnx":
+                assert encoder.session.get_session_options().intra_op_num_threads == 1
+            else:
+                assert encoder.settings["threads"] == 1
+            found = predict(url, "e", run.records[:3])["predictions"]
+    finally:
+        torch.set_num_threads(before)
+    assert_close_records(found, alone, BATCHED, where="one thread")

@@ -46,6 +46,8 @@ def test_select_by_group_and_name_keeps_run_order():
         "serve-toolkit-workers2",
         "serve-toolkit-int8",
         "serve-toolkit-int8-workers2",
+        "serve-toolkit-threads1",
+        "serve-toolkit-int8-threads1",
         "serve-infinity-torch",
         "serve-infinity-torch-bf16",
         "serve-infinity-optimum",
