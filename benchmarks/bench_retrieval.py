@@ -177,8 +177,32 @@ def encode(model_dir: str, texts: list[str], size: dict):
     return encode_texts(model, load_tokenizer(model_dir), texts, 64, size["max_length"], disable_tqdm=True)
 
 
+#: ranked()'s results in this process, so that a model is encoded once per split however many
+#: rerankers and rows read its ranking (each took about a minute, outside every timer).
+_RANKED: dict = {}
+
+
+def _ranking_key(model_dir: str, split: dict, size: dict, depth: int) -> tuple:
+    """What ``ranked`` depends on: the model's weights as they are now (a folder trained again in
+    this process is ranked anew), the split's texts, the length and the depth."""
+    weights = sorted(
+        (f.name, f.stat().st_mtime_ns, f.stat().st_size)
+        for f in Path(model_dir).glob("*")
+        if f.suffix in (".safetensors", ".bin")
+    )
+    texts = hash((tuple(split["corpus"]), tuple(map(tuple, split["pairs"]))))
+    return model_dir, tuple(weights), texts, size["max_length"], depth
+
+
 def ranked(model_dir: str, split: dict, size: dict, depth: int = 100):
-    """``{kind or size: (indices, relevant)}`` for one model on one split."""
+    """``{kind or size: (indices, relevant)}`` for one model on one split (once per process)."""
+    key = _ranking_key(model_dir, split, size, depth)
+    if key not in _RANKED:
+        _RANKED[key] = _rank(model_dir, split, size, depth)
+    return _RANKED[key]
+
+
+def _rank(model_dir: str, split: dict, size: dict, depth: int):
     from encoder_tasks.tasks.embedding.matryoshka import truncate
     from encoder_tasks.tasks.embedding.quantized_index import search
     from encoder_tasks.tasks.embedding.retrieval import normalize

@@ -136,7 +136,7 @@ def train_st(out: Path, train: Path, size: dict, seed: int, kind: str, batch: in
         num_train_epochs=size["epochs"],
         per_device_train_batch_size=batch,
         learning_rate=LEARNING_RATE,
-        warmup_ratio=WARMUP,
+        warmup_steps=WARMUP,  # a float: the ratio (transformers 5; warmup_ratio is deprecated)
         weight_decay=WEIGHT_DECAY,
         batch_sampler=BatchSamplers.NO_DUPLICATES,
         **st_run_args(out, seed),
@@ -340,7 +340,7 @@ def train_st_reranker(out: Path, rows_file: Path, size: dict, seed: int, kind: s
         per_device_train_batch_size=batch,
         batch_sampler=sampler,
         learning_rate=Ours.learning_rate,
-        warmup_ratio=Ours.warmup_steps,
+        warmup_steps=Ours.warmup_steps,  # a float: the ratio, as ours
         weight_decay=Ours.weight_decay,
         **st_run_args(out, seed),
     )

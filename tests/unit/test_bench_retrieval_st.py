@@ -98,3 +98,20 @@ def test_one_seed_is_not_judged():
     results = {"en": {"hardneg, no reranker": [_run(0.50)], ours: [_run(0.55, 100, 10)]}}
     (gain,) = st.rerank_tables(results)["rerank-st-targets"]["rows"]
     assert gain[2:5] == ["+5.0", "- (1 seed)", "not judged"]
+
+
+def test_ranked_encodes_a_model_once_per_split_until_its_weights_change(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(br, "_RANKED", {})
+    monkeypatch.setattr(br, "_rank", lambda model_dir, split, size, depth: calls.append(depth) or len(calls))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"one")
+    split = {"corpus": ["p1", "p2"], "pairs": [("q1", "p1")]}
+    size = {"max_length": 128}
+
+    assert br.ranked(str(model), split, size) == br.ranked(str(model), split, size) == 1
+    assert br.ranked(str(model), {**split, "corpus": ["p1", "p3"]}, size) == 2  # other texts
+    (model / "model.safetensors").write_bytes(b"trained again")
+    assert br.ranked(str(model), split, size) == 3
+    assert calls == [100, 100, 100]
