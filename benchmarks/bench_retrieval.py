@@ -182,21 +182,16 @@ def encode(model_dir: str, texts: list[str], size: dict):
 _RANKED: dict = {}
 
 
-def _ranking_key(model_dir: str, split: dict, size: dict, depth: int) -> tuple:
-    """What ``ranked`` depends on: the model's weights as they are now (a folder trained again in
-    this process is ranked anew), the split's texts, the length and the depth."""
-    weights = sorted(
-        (f.name, f.stat().st_mtime_ns, f.stat().st_size)
-        for f in Path(model_dir).glob("*")
-        if f.suffix in (".safetensors", ".bin")
-    )
-    texts = hash((tuple(split["corpus"]), tuple(map(tuple, split["pairs"]))))
-    return model_dir, tuple(weights), texts, size["max_length"], depth
-
-
 def ranked(model_dir: str, split: dict, size: dict, depth: int = 100):
-    """``{kind or size: (indices, relevant)}`` for one model on one split (once per process)."""
-    key = _ranking_key(model_dir, split, size, depth)
+    """``{kind or size: (indices, relevant)}`` for one model on one split: once per process for a
+    saved model, whose files identify its weights (a folder trained again is ranked anew)."""
+    from encoder_tasks.runtimes import _files_fingerprint
+
+    weights = _files_fingerprint(model_dir)
+    if weights is None:
+        return _rank(model_dir, split, size, depth)
+    texts = hash((tuple(split["corpus"]), tuple(map(tuple, split["pairs"]))))
+    key = (weights, texts, size["max_length"], depth)
     if key not in _RANKED:
         _RANKED[key] = _rank(model_dir, split, size, depth)
     return _RANKED[key]

@@ -21,16 +21,12 @@ Result: ``benchmarks/results/sampler-batches-<time>.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from collections import Counter
 from pathlib import Path
 
+from benchmarks import bench_retrieval_st
 from benchmarks.common import save_results
-
-
-def read_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def toolkit_batches(rows: list[dict], batch: int, seed: int) -> list[int]:
@@ -40,14 +36,13 @@ def toolkit_batches(rows: list[dict], batch: int, seed: int) -> list[int]:
     return [len(b) for b in DuplicateFreeBatchSampler(keys, batch, seed=seed).global_batches(0)]
 
 
-def st_batches(rows: list[dict], batch: int, seed: int) -> tuple[list[int], int]:
-    """The sizes of the batches sentence-transformers' sampler yields, and its ``len()``."""
+def st_batches(dataset, batch: int, seed: int) -> tuple[list[int], int]:
+    """The sizes of the batches sentence-transformers' sampler yields of ``dataset``, and its ``len()``."""
     import torch
-    from datasets import Dataset
     from sentence_transformers.base.sampler import NoDuplicatesBatchSampler
 
     sampler = NoDuplicatesBatchSampler(
-        Dataset.from_list(rows), batch_size=batch, drop_last=False, generator=torch.Generator(), seed=seed
+        dataset, batch_size=batch, drop_last=False, generator=torch.Generator(), seed=seed
     )
     return [len(b) for b in sampler], len(sampler)
 
@@ -77,11 +72,12 @@ def shared_negative_batches(rows: list[dict], batch: int, seed: int) -> list[int
 
 
 def count(work: Path, lang: str, batch: int, seeds: list[int]) -> dict:
-    rows = read_rows(work / lang / "mined-n-tuple.jsonl")
+    dataset = bench_retrieval_st.read_rows(work / lang / "mined-n-tuple.jsonl")  # what its trainer reads
+    rows = dataset.to_list()
     shared = Counter(text for row in rows for text in set(row.values()))
     out = {"rows": len(rows), "most_rows_sharing_one_text": max(shared.values()), "seeds": {}}
     for seed in seeds:
-        yielded, planned = st_batches(rows, batch, seed)
+        yielded, planned = st_batches(dataset, batch, seed)
         out["seeds"][seed] = {
             "toolkit_batches": toolkit_batches(rows, batch, seed),
             "st_batches_yielded": yielded,

@@ -106,6 +106,7 @@ def test_ranked_encodes_a_model_once_per_split_until_its_weights_change(tmp_path
     monkeypatch.setattr(br, "_rank", lambda model_dir, split, size, depth: calls.append(depth) or len(calls))
     model = tmp_path / "model"
     model.mkdir()
+    (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"one")
     split = {"corpus": ["p1", "p2"], "pairs": [("q1", "p1")]}
     size = {"max_length": 128}
