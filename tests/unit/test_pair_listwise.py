@@ -12,6 +12,7 @@ import torch
 from encoder_tasks.data import Split
 from encoder_tasks.errors import UserError
 from encoder_tasks.sampling import GroupBatchSampler
+from encoder_tasks.tasks.pair.args import PairArguments
 from encoder_tasks.tasks.pair.listwise import expand_groups, listwise_loss
 from tests.helpers import FAST_TRAINING, read_json, read_jsonl, run_predict, run_train, write
 
@@ -28,6 +29,31 @@ def test_the_loss_is_the_positives_cross_entropy_within_its_group():
     assert float(found) == pytest.approx(expected / 4, rel=1e-5)
     with pytest.raises(ValueError, match="not whole groups"):
         listwise_loss(logits[:11], group_size=3)
+
+
+def test_the_bounded_loss_softmaxes_scale_times_p_relevant():
+    torch.manual_seed(1)
+    logits = torch.randn(8, 2) * 3
+    found = listwise_loss(logits, group_size=4, scale=10.0)
+    p_relevant = torch.softmax(logits, dim=1)[:, 1].tolist()  # P("1") of the two-label head
+    expected = 0.0
+    for g in range(2):
+        scores = [10.0 * p for p in p_relevant[4 * g : 4 * g + 4]]
+        expected += -scores[0] + math.log(sum(math.exp(s) for s in scores))
+    assert float(found) == pytest.approx(expected / 2, rel=1e-5)
+    # Bounded: however far the positive is ahead, the loss stays above the bound's floor, where
+    # the unbounded relevance drives it to zero.
+    apart = torch.tensor([[0.0, 50.0], [50.0, 0.0], [50.0, 0.0], [50.0, 0.0]])
+    floor = math.log(1 + 3 * math.exp(-10.0))
+    assert float(listwise_loss(apart, 4, scale=10.0)) == pytest.approx(floor, rel=1e-3)
+    assert float(listwise_loss(apart, 4)) < 1e-20
+
+
+def test_listwise_scale_needs_listwise_training_and_a_positive_value():
+    with pytest.raises(UserError, match="--listwise_scale applies to listwise training"):
+        PairArguments(text_pair_column="positive", listwise_scale=10.0)
+    with pytest.raises(UserError, match="--listwise_scale: expected a number above 0, found 0"):
+        PairArguments(text_pair_column="positive", listwise_negatives="negative_1", listwise_scale=0.0)
 
 
 def test_rows_become_consecutive_labelled_groups_positive_first():
@@ -58,7 +84,8 @@ def test_batches_hold_whole_groups_and_every_group_once_an_epoch():
     assert not {r for b in shares[0] for r in b} & {r for b in shares[1] for r in b}
 
 
-def test_a_listwise_reranker_trains_learns_and_predicts(tiny_bert, tmp_path):
+@pytest.mark.parametrize("scale", [None, "10"], ids=["unbounded", "listwise_scale-10"])
+def test_a_listwise_reranker_trains_learns_and_predicts(tiny_bert, tmp_path, scale):
     # The positive repeats the query's words; the negatives do not: a ranking it can learn.
     words = ["red", "blue", "green", "cat", "dog", "bird", "sun", "moon"]
     lines = []
@@ -78,6 +105,7 @@ def test_a_listwise_reranker_trains_learns_and_predicts(tiny_bert, tmp_path):
     ]
     flags += ["--text_column", "query", "--text_pair_column", "positive"]
     flags += ["--listwise_negatives", "negative_1,negative_2"]
+    flags += ["--listwise_scale", scale] if scale else []
     out = tmp_path / "run"
     metrics = run_train("pair", tiny_bert, data, out, *flags, validation=data)
     assert read_json(out / "encoder_tasks.json")["settings"]["label_names"] == ["0", "1"]

@@ -48,6 +48,14 @@ class PairArguments(ClassificationArguments):
             "(softmax cross-entropy); the batch size counts queries. Default: none (one labelled pair per row)."
         },
     )
+    listwise_scale: float | None = field(
+        default=None,
+        metadata={
+            "help": "With --listwise_negatives: each passage's score in the softmax is this scale times its "
+            "P(relevant) (bounded, as sentence-transformers' CrossEncoder MultipleNegativesRankingLoss scores, "
+            "its default 10) instead of the unbounded relevance logit(1) - logit(0). Default: none (unbounded)."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -58,3 +66,8 @@ class PairArguments(ClassificationArguments):
                 f"--listwise_negatives trains a two-label (0/1) reranker; --problem_type {self.problem_type} "
                 "does not apply"
             )
+        if self.listwise_scale is not None:
+            if not self.listwise_negatives:
+                raise UserError("--listwise_scale applies to listwise training: set --listwise_negatives too")
+            if not self.listwise_scale > 0:
+                raise UserError(f"--listwise_scale: expected a number above 0, found {self.listwise_scale:g}")

@@ -62,12 +62,22 @@ def expand_groups(split: Split, text_spec: str, pair_spec: str, negatives: list[
     return Split(split.name, split.source, datasets.Dataset.from_dict(rows))
 
 
-def listwise_loss(logits: torch.Tensor, group_size: int) -> torch.Tensor:
+def listwise_loss(logits: torch.Tensor, group_size: int, scale: float | None = None) -> torch.Tensor:
     """Cross-entropy of each group's first row (the positive) under the softmax of the
-    relevances ``logits[:, 1] - logits[:, 0]`` of its ``group_size`` rows."""
+    relevances ``logits[:, 1] - logits[:, 0]`` of its ``group_size`` rows; with ``scale``, of
+    ``scale * P(1)`` instead (``P(1)`` is the sigmoid of the relevance): a bounded score, so a
+    mined negative that is in fact relevant cannot be pushed down without limit.
+
+    Example:
+        >>> logits = torch.tensor([[0.0, 2.0], [0.0, 0.0]])  # one group: the positive, a negative
+        >>> round(float(listwise_loss(logits, 2, scale=10.0)), 4)  # softmax of [8.808, 5.0]
+        0.0219
+    """
     if logits.shape[0] % group_size:
         raise ValueError(f"{logits.shape[0]} rows are not whole groups of {group_size}")
     relevance = (logits[:, 1] - logits[:, 0]).float().view(-1, group_size)
+    if scale is not None:
+        relevance = scale * torch.sigmoid(relevance)
     target = torch.zeros(relevance.shape[0], dtype=torch.long, device=relevance.device)
     return torch.nn.functional.cross_entropy(relevance, target)
 
@@ -113,5 +123,5 @@ class PairTrainer(EncoderTaskTrainer):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         features = {k: v for k, v in inputs.items() if k != "labels"}
         outputs = model(**features)
-        loss = listwise_loss(outputs.logits, size)
+        loss = listwise_loss(outputs.logits, size, getattr(self.task_args, "listwise_scale", None))
         return (loss, outputs) if return_outputs else loss
