@@ -70,8 +70,8 @@ def listwise_loss(logits: torch.Tensor, group_size: int, scale: float | None = N
 
     Example:
         >>> logits = torch.tensor([[0.0, 2.0], [0.0, 0.0]])  # one group: the positive, a negative
-        >>> round(float(listwise_loss(logits, 2, scale=10.0)), 4)  # softmax of [8.808, 5.0]
-        0.0219
+        >>> round(float(listwise_loss(logits, 2, scale=10.0)), 5)  # softmax of [8.808, 5.0]
+        0.02195
     """
     if logits.shape[0] % group_size:
         raise ValueError(f"{logits.shape[0]} rows are not whole groups of {group_size}")
