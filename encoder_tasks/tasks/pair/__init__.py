@@ -44,7 +44,7 @@ class PairTask(ClassificationTask):
         pairs, in groups (:func:`.listwise.expand_groups`), after ``--max_*_samples`` picked
         the rows (so they count queries)."""
         from ...data import name_list
-        from .listwise import expand_groups
+        from .listwise import expand_groups, with_in_batch_negatives
 
         columns = name_list(getattr(task_args, "listwise_negatives", None))
         if columns:
@@ -54,4 +54,9 @@ class PairTask(ClassificationTask):
                 else split
                 for name, split in splits.items()
             }
-        return super().prepare(splits, tokenizer, task_args, data_args, saved)
+        prepared = super().prepare(splits, tokenizer, task_args, data_args, saved)
+        if columns and getattr(task_args, "listwise_in_batch_negatives", 0) and prepared.train is not None:
+            prepared = with_in_batch_negatives(
+                prepared, splits["train"], tokenizer, task_args, data_args.max_length
+            )
+        return prepared

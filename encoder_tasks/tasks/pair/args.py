@@ -57,6 +57,16 @@ class PairArguments(ClassificationArguments):
         },
     )
 
+    listwise_in_batch_negatives: int = field(
+        default=0,
+        metadata={
+            "help": "With --listwise_negatives: also score each query against this many passages of the other rows "
+            "in its batch (their positives and mined negatives, drawn afresh each step; never a passage equal to "
+            "the query's own positive), as sentence-transformers' CrossEncoder MultipleNegativesRankingLoss does "
+            "(num_negatives, its default 4). Each is one more forward pass per query. Default: 0."
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
         if not self.text_pair_column:
@@ -71,3 +81,11 @@ class PairArguments(ClassificationArguments):
                 raise UserError("--listwise_scale applies to listwise training: set --listwise_negatives too")
             if not self.listwise_scale > 0:
                 raise UserError(f"--listwise_scale: expected a number above 0, found {self.listwise_scale:g}")
+        if self.listwise_in_batch_negatives < 0:
+            raise UserError(
+                f"--listwise_in_batch_negatives: expected 0 or more, found {self.listwise_in_batch_negatives}"
+            )
+        if self.listwise_in_batch_negatives and not self.listwise_negatives:
+            raise UserError(
+                "--listwise_in_batch_negatives applies to listwise training: set --listwise_negatives too"
+            )
