@@ -51,7 +51,7 @@ from torch import nn
 
 from ..errors import UserError, check_choice
 from ..precision import uses_bf16
-from .base import EncoderRuntime
+from .base import EncoderRuntime, usable_cores
 
 logger = logging.getLogger(__name__)
 
@@ -342,7 +342,7 @@ def share_between(model: nn.Module, callers: int, threads: int | None = None) ->
     if isinstance(encoder, EncoderRuntime):
         swap_encoder(model, encoder.for_callers(callers, threads))
         return f"{backend}: {batches} ({model.encoder.extra_repr()})"
-    threads = threads or max(1, (os.cpu_count() or 1) // callers)
+    threads = threads or max(1, usable_cores() // callers)
     torch.set_num_threads(threads)
     each = " each" if callers > 1 else ""
     return f"torch: {batches}, {threads} intra-op thread{'s' if threads > 1 else ''}{each}"
@@ -695,7 +695,7 @@ def _busy() -> str | None:
         load = os.getloadavg()[0]
     except OSError:  # no load average on this platform
         return None
-    cores = os.cpu_count() or 1
+    cores = os.cpu_count() or 1  # the load average is the whole machine's
     return f"load average {load:.1f} on {cores} cores" if load > cores else None
 
 

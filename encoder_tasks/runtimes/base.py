@@ -101,3 +101,17 @@ def _int64(value) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().numpy()
     return np.ascontiguousarray(value, dtype=np.int64)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the platform has one (a
+    container pinned to 2 of a host's 64 cores has 2), else every core.
+
+    Example:
+        >>> 1 <= usable_cores() <= (os.cpu_count() or 1)
+        True
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1

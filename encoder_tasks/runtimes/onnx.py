@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import EncoderRuntime
+from .base import EncoderRuntime, usable_cores
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def session_options(threads: int | None = None):
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = int(threads or _cores())
+    options.intra_op_num_threads = int(threads or usable_cores())
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3
@@ -166,13 +166,6 @@ def session_options(threads: int | None = None):
         # sleep rather than spin, so they never hold a core that another thread needs.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 class OnnxEncoder(EncoderRuntime):
@@ -193,7 +186,7 @@ class OnnxEncoder(EncoderRuntime):
         fight for them)."""
         if callers <= 1 and threads is None:
             return self
-        threads = threads or max(1, _cores() // callers)
+        threads = threads or max(1, usable_cores() // callers)
         runtime = OnnxEncoder(_session(self.path, threads), self.config, self.path)
         runtime.precision = self.precision
         return runtime

@@ -89,6 +89,20 @@ def test_onnx_callers_get_the_cores_share_unless_told(bert, tmp_path):
     assert threads_of(model.encoder) == 3
 
 
+def test_the_cores_share_counts_the_cores_the_process_may_use(bert, tmp_path, torch_threads, monkeypatch):
+    """A container pinned to 4 of a host's 16 cores: 2 callers get 2 threads each, on torch and
+    ONNX Runtime alike, not 8."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    said = share_between(torch.nn.Linear(2, 2), 2)
+    assert said == "torch: 2 batches at once, 2 intra-op threads each" and torch.get_num_threads() == 2
+    model = Holder(runtime("onnx", bert, tmp_path))
+    share_between(model, 2)
+    assert threads_of(model.encoder) == 2
+
+
 def test_torch_takes_the_thread_count_for_the_process(torch_threads):
     assert share_between(torch.nn.Linear(2, 2), 1, threads=1) == "torch: 1 batch at a time, 1 intra-op thread"
     assert torch.get_num_threads() == 1
