@@ -287,8 +287,7 @@ class ServedModel:
         if not self._count_lock.acquire(blocking=wait):
             return None
         try:
-            tokenizer = self._counter.tokenizer
-            return [len(tokenizer(*seq, add_special_tokens=True)["input_ids"]) for seq in sequences]
+            return count_tokens(self._counter.tokenizer, sequences)
         finally:
             self._count_lock.release()
 
@@ -374,6 +373,35 @@ class ServedModel:
         words = _costs(self._counter, self.task, inputs, overrides, True, stop_above=limit)
         self.check_cost(words, at_least=True, of=len(inputs))
         return self.costs(inputs, overrides)
+
+
+def count_tokens(tokenizer, sequences: list[tuple[str, ...]]) -> list[int]:
+    """Tokens per sequence (a text, or a pair), special tokens included, as ``len(tokenizer(*seq)
+    ["input_ids"])`` gives them untruncated. A fast tokenizer's Rust tokenizer is called directly:
+    the same ids without transformers' Python around each call (on the event loop of a served
+    embedding model, about a third of a short sentence's count; docs/speed.md). It changes the
+    Rust tokenizer's truncation and padding, which ``tokenizer(...)`` sets again on every call:
+    use a tokenizer of its own (the server's counting copy), from one thread at a time.
+
+    Example:
+        >>> from encoder_tasks.testing import make_tiny_tokenizer
+        >>> tok = make_tiny_tokenizer()
+        >>> sequences = [("hello world",), ("hello", "world"), ("hello", "")]
+        >>> counts = count_tokens(tok, sequences)
+        >>> counts, counts == [len(tok(*seq)["input_ids"]) for seq in sequences]
+        ([12, 13, 7], True)
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is None:
+        return [len(tokenizer(*seq, add_special_tokens=True)["input_ids"]) for seq in sequences]
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+    # "[SEP]" typed in a request is text where the tokenizer says so (split_special_tokens).
+    backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+    # An empty second text is no pair, as tokenizer(text, "") reads it.
+    return [len(backend.encode(seq[0], seq[1] if len(seq) > 1 and seq[1] else None).ids) for seq in sequences]
 
 
 #: Inputs of the timed warm-up batch (see :meth:`ServedModel.warm_up`): a small batch, whose

@@ -214,3 +214,30 @@ def test_the_event_loop_never_waits_for_another_threads_count():
 
     assert asyncio.run(count()) == [2]
     assert model.threads != [threading.main_thread().name]
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+@pytest.mark.parametrize("split_special", [True, False], ids=["special-as-text", "special-tokens"])
+def test_counting_on_the_rust_tokenizer_equals_the_transformers_tokenizer(kind, split_special):
+    """The served count (usage, --max_request_tokens) equals len(tokenizer(...)["input_ids"]),
+    untruncated, on the counting copy, even after that copy tokenised with truncation."""
+    import copy
+
+    from encoder_tasks.serving.models import count_tokens
+    from encoder_tasks.testing import make_tiny_tokenizer
+
+    tokenizer = make_tiny_tokenizer(kind)
+    tokenizer.split_special_tokens = split_special
+    counting = copy.deepcopy(tokenizer)
+    counting.model_max_length = 1 << 62
+    special = tokenizer.sep_token or tokenizer.eos_token
+    texts = ["the cat sat", "", " ", f"a {special} injected", "naïve 東京 🤖", "x\ty\nz", "long " * 400]
+    sequences = [(t,) for t in texts] + [(a, b) for a in texts[:4] for b in texts[:4]]
+    expected = [len(tokenizer(*seq)["input_ids"]) for seq in sequences]
+    assert max(expected) > 512  # the long text is counted whole, not cut at a model's maximum
+    assert count_tokens(counting, sequences) == expected
+    counting(texts, truncation=True, max_length=8, padding=True)  # settings left in the Rust object
+    assert count_tokens(counting, sequences) == expected
+    # A separator typed in a request: its characters' tokens where special tokens are text, else one.
+    typed = count_tokens(counting, [(special,)])[0] - count_tokens(counting, [("",)])[0]
+    assert typed > 1 if split_special else typed == 1
