@@ -73,8 +73,9 @@ def describe() -> dict:
     import torch
     import transformers
 
+    from encoder_tasks.runtimes.base import usable_cores
+
     cpu = cpu_info()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -85,7 +86,7 @@ def describe() -> dict:
         "cpu_model": cpu["model"],
         "cpu_flags": cpu["flags"],
         "cores": os.cpu_count(),
-        "usable_cores": usable,
+        "usable_cores": usable_cores(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
 
