@@ -57,6 +57,6 @@ class PairTask(ClassificationTask):
         prepared = super().prepare(splits, tokenizer, task_args, data_args, saved)
         if columns and getattr(task_args, "listwise_in_batch_negatives", 0) and prepared.train is not None:
             prepared = with_in_batch_negatives(
-                prepared, splits["train"], tokenizer, task_args, data_args.max_length
+                prepared, splits["train"], tokenizer, task_args, 1 + len(columns), data_args.max_length
             )
         return prepared

@@ -157,24 +157,25 @@ class InBatchNegatives:
         return batch
 
 
-def with_in_batch_negatives(prepared, expanded: Split, tokenizer, task_args, max_length: int):
+def with_in_batch_negatives(
+    prepared, expanded: Split, tokenizer, task_args, group_size: int, max_length: int
+):
     """``prepared`` with its training pairs tied to their texts (:data:`PAIR_INDEX`) and a
-    collator that adds ``--listwise_in_batch_negatives`` to each group (:class:`InBatchNegatives`).
-    ``expanded`` is the training split as :func:`expand_groups` made it (rows in the order
-    ``prepared.train`` holds them)."""
+    collator that adds ``--listwise_in_batch_negatives`` to each group of ``group_size`` pairs
+    (:class:`InBatchNegatives`). ``expanded`` is the training split as :func:`expand_groups`
+    made it (rows in the order ``prepared.train`` holds them)."""
     import dataclasses
 
     queries = column_texts(expanded, resolve_column(expanded, task_args.text_column, "text"))
     passages = column_texts(expanded, resolve_column(expanded, task_args.text_pair_column, "text_pair"))
     train = prepared.train.add_column(PAIR_INDEX, list(range(len(prepared.train))))
-    size = 1 + len(name_list(task_args.listwise_negatives))
     count = task_args.listwise_in_batch_negatives
     base = prepared.collator
     return dataclasses.replace(
         prepared,
         train=train,
         collator=lambda pad: InBatchNegatives(
-            base(pad), tokenizer, queries, passages, size, count, max_length
+            base(pad), tokenizer, queries, passages, group_size, count, max_length
         ),
     )
 
