@@ -116,3 +116,18 @@ def test_ranked_encodes_a_model_once_per_split_until_its_weights_change(tmp_path
     (model / "model.safetensors").write_bytes(b"trained again")
     assert br.ranked(str(model), split, size) == 3
     assert calls == [100, 100, 100]
+
+
+def test_a_toolkit_reranker_trained_before_is_reused_with_its_own_recorded_time(tmp_path, monkeypatch):
+    trained = []
+    monkeypatch.setattr(br, "train_reranker", lambda out, *a: trained.append(out) or out)
+    fresh = st.toolkit_reranker_timing(tmp_path / "new", tmp_path / "rows.jsonl", {}, 42, [])
+    assert trained == [tmp_path / "new"] and set(fresh) == {"train_wall_s"}
+
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "encoder_tasks.json").write_text("{}")
+    (earlier / "metrics.json").write_text(json.dumps({"train_runtime": 3055.9, "wall_seconds": 3056.18}))
+    reused = st.toolkit_reranker_timing(earlier, tmp_path / "rows.jsonl", {}, 42, [])
+    assert trained == [tmp_path / "new"]  # not trained again
+    assert reused == {"train_wall_s": 3056.2, "train_time_from": "metrics.json of an earlier run"}
