@@ -246,19 +246,19 @@ def cached_step_times(work: Path, size: dict, batches: int, repeats: int) -> dic
 
 
 def cached_steps_tables(timed: dict) -> dict:
-    """The cached-steps phase's table: each side's median and total step time, and its ratio to
-    sentence-transformers'."""
+    """The cached-steps phase's table (:func:`steps_table`)."""
+    return steps_table(timed, "cached-steps", f"batch {CACHED_BATCH} mined (question, passage, negative) rows, "
+                       "chunks of 32; forward, loss and backward, no optimiser; the sides interleaved batch by "
+                       "batch after a warm-up round")  # fmt: skip
+
+
+def steps_table(timed: dict, name: str, notes: str) -> dict:
+    """Each side's median and total step time, and its ratio to sentence-transformers'."""
     theirs = next(v for k, v in timed.items() if k.startswith("sentence"))
-    rows = [[name, f"{v['median_seconds']:.2f}", f"{v['total_seconds']:.1f}", v["steps"],
-             f"{v['total_seconds'] / theirs['total_seconds']:.2f}x"] for name, v in timed.items()]  # fmt: skip
-    return {
-        "cached-steps": {
-            "columns": ["side", "median s a step", "total s", "steps timed", "x sentence-transformers"],
-            "rows": rows,
-            "notes": f"batch {CACHED_BATCH} mined (question, passage, negative) rows, chunks of 32; forward, loss "
-            "and backward, no optimiser; the sides interleaved batch by batch after a warm-up round",
-        }
-    }
+    rows = [[side, f"{v['median_seconds']:.2f}", f"{v['total_seconds']:.1f}", v["steps"],
+             f"{v['total_seconds'] / theirs['total_seconds']:.2f}x"] for side, v in timed.items()]  # fmt: skip
+    columns = ["side", "median s a step", "total s", "steps timed", "x sentence-transformers"]
+    return {name: {"columns": columns, "rows": rows, "notes": notes}}
 
 
 #: The toolkit reranker of the rerank phase (``bench_retrieval.RERANK_VARIANTS``): listwise on a
@@ -367,6 +367,91 @@ def toolkit_reranker_timing(out: Path, rows_file: Path, size: dict, seed: int, f
     start = time.perf_counter()
     br.train_reranker(out, rows_file, size, seed, *flags)
     return {"train_wall_s": round(time.perf_counter() - start, 1)}
+
+
+#: In-batch passages each query gets in the rerank-steps phase (both sides: sentence-transformers'
+#: default ``num_negatives``).
+RERANK_IN_BATCH = 4
+
+
+def rerank_step_times(work: Path, size: dict, batches: int, repeats: int, seed: int = 42) -> dict:
+    """One listwise reranker step (forward, loss, backward; no optimiser) on the same batches of
+    :data:`RERANK_QUERIES` mined rows of the second mining round (seed ``seed``), each query's list
+    its positive, 3 mined negatives and :data:`RERANK_IN_BATCH` passages of the other rows: the
+    toolkit's model and loss in one forward over the batch's pairs (as ``pair train`` runs) and in
+    one forward per passage column (as sentence-transformers' loss runs), and sentence-transformers'
+    ``CrossEncoder`` ``MultipleNegativesRankingLoss``. Interleaved batch by batch after a warm-up
+    round (:func:`interleaved_seconds`), in the precision both trainers pick here (bf16 autocast
+    where the CPU computes it natively). Where the toolkit's in-batch reranker's training time
+    goes against sentence-transformers', free of the drift between two hour-long runs."""
+    import contextlib
+
+    import torch
+    from sentence_transformers.cross_encoder import CrossEncoder, losses
+
+    from encoder_tasks.backbone import load_encoder, load_tokenizer
+    from encoder_tasks.tasks.pair.listwise import listwise_loss
+    from encoder_tasks.tasks.pair.model import PairClassifier
+
+    rows_file = work / "en" / f"seed{seed}" / "mined-round2-n-tuple-3.jsonl"
+    if not rows_file.is_file():
+        raise SystemExit(
+            f"{rows_file}: not found; run --phase rerank for seed {seed} first (it mines the rows)"
+        )
+    rows = st_reranker_rows(rows_file, "mnrl").shuffle(seed=seed)
+    mined = ["positive", *(f"negative_{i}" for i in range(1, RERANK_NEGATIVES + 1))]
+    q = RERANK_QUERIES
+    chunks = [rows.select(range(i, i + q)) for i in range(0, q * batches, q)]
+    # Passage columns per batch: the mined ones, then the k-th in-batch one of query j is row
+    # (j + k)'s positive or negative, never its own (sentence-transformers draws them at random).
+    columns = [
+        [list(b[c]) for c in mined]
+        + [[b[mined[k % len(mined)]][(j + 1 + k) % q] for j in range(q)] for k in range(RERANK_IN_BATCH)]
+        for b in chunks
+    ]
+    path, length, bf16 = minilm_path(), size["max_length"] + 32, training_bf16()
+    tokenizer = load_tokenizer(path)
+    ours = PairClassifier(load_encoder(path), num_labels=2).train()
+    theirs = CrossEncoder(path, num_labels=1, max_length=length, device="cpu")
+    theirs.model.train()
+    st_loss = losses.MultipleNegativesRankingLoss(theirs, num_negatives=RERANK_IN_BATCH)
+
+    def precision():
+        return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+    def tokens(queries, passages):
+        return dict(tokenizer(queries, passages, truncation=True, max_length=length, padding=True,
+                              pad_to_multiple_of=8 if bf16 else None, return_tensors="pt"))  # fmt: skip
+
+    def one_forward(i):
+        queries, cols = list(chunks[i]["query"]), columns[i]
+        # Group order, as the pair task's collator builds a batch: each query's passages together.
+        features = tokens([x for x in queries for _ in cols], [c[j] for j in range(q) for c in cols])
+        with precision():
+            logits = ours(**features).logits
+        listwise_loss(logits, len(cols)).backward()
+
+    def forward_per_column(i):
+        queries = list(chunks[i]["query"])
+        with precision():
+            logits = torch.stack([ours(**tokens(queries, c)).logits for c in columns[i]], dim=1)
+        listwise_loss(logits.reshape(-1, 2), len(columns[i])).backward()
+
+    def sentence_transformers(i):
+        b = chunks[i]
+        with precision():
+            loss = st_loss([list(b["query"]), *(list(b[c]) for c in mined)], None)
+        loss.backward()
+
+    return interleaved_seconds(
+        {
+            "toolkit, one forward over the batch's pairs (pair train)": one_forward,
+            "toolkit, one forward per passage column": forward_per_column,
+            "sentence-transformers CrossEncoder, MultipleNegativesRankingLoss": sentence_transformers,
+        },
+        range(len(chunks)),
+        repeats,
+    )
 
 
 def rerank_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
@@ -513,10 +598,11 @@ def main() -> None:
     )
     parser.add_argument("--rows", default="all",
                         help="row names separated by ';' (default all): ROWS, or RERANK_ROWS with --phase rerank")  # fmt: skip
-    parser.add_argument("--phase", choices=("train", "cached-steps", "rerank"), default="train",
+    parser.add_argument("--phase", choices=("train", "cached-steps", "rerank", "rerank-steps"), default="train",
                         help="train: the rows, both trainers; cached-steps: one GradCache step of each side, "
                              "interleaved on the same batches (English); rerank: the toolkit's reranker against "
-                             "sentence-transformers' CrossEncoder trainer")  # fmt: skip
+                             "sentence-transformers' CrossEncoder trainer; rerank-steps: one listwise reranker "
+                             "step of each side, interleaved on the same batches (English, seed 42's rows)")  # fmt: skip
     parser.add_argument("--batches", type=int, default=6, help="cached-steps: batches of CACHED_BATCH rows")
     parser.add_argument("--repeats", type=int, default=2, help="cached-steps: timed rounds after the warm-up")
     args = parser.parse_args()
@@ -529,6 +615,17 @@ def main() -> None:
         payload = {"size": args.size, "batches": args.batches, "repeats": args.repeats, "batch": CACHED_BATCH,
                    "chunk": 32, "steps": timed, "tables": cached_steps_tables(timed)}  # fmt: skip
         print(f"results: {save_results('retrieval-st-cached-steps', payload)}")
+        return
+    if args.phase == "rerank-steps":
+        timed = rerank_step_times(work, size, args.batches, args.repeats)
+        print(json.dumps(timed, indent=1))
+        payload = {"size": args.size, "batches": args.batches, "repeats": args.repeats,
+                   "queries": RERANK_QUERIES, "mined_negatives": RERANK_NEGATIVES, "in_batch": RERANK_IN_BATCH,
+                   "bf16": training_bf16(), "steps": timed, "tables": steps_table(timed, "rerank-steps",
+                   f"batches of {RERANK_QUERIES} mined rows (seed 42's second mining round), each query with its "
+                   f"positive, {RERANK_NEGATIVES} mined and {RERANK_IN_BATCH} in-batch passages; forward, loss and "
+                   "backward, no optimiser; the sides interleaved batch by batch after a warm-up round")}  # fmt: skip
+        print(f"results: {save_results('retrieval-st-rerank-steps', payload)}")
         return
     if args.rows != "all":  # keep the named rows of the phase's table (in place: the phases read them)
         table = RERANK_ROWS if args.phase == "rerank" else ROWS
