@@ -394,12 +394,15 @@ def train_reranker(out: Path, labelled: Path, size: dict, seed: int, *flags) -> 
     (query, positive, negatives) rows."""
     listwise = "--listwise_negatives" in flags
     columns = ["query", "positive"] if listwise else ["text1", "text2"]
+    # The listwise variants were named and run when in-batch negatives defaulted to 0 (a variant
+    # that wants them says so, and its flag comes later and wins): pinned so each keeps its meaning.
+    pinned = ["--listwise_in_batch_negatives", "0"] if listwise else []
     if not (out / "encoder_tasks.json").is_file():
         cli(["pair", "train", "--model_name_or_path", MINILM, "--train_file", labelled, "--output_dir", out,
              "--text_column", columns[0], "--text_pair_column", columns[1], "--label_column", "label",
              "--max_length", size["max_length"] + 32, "--num_train_epochs", size["epochs"],
              "--per_device_train_batch_size", size["batch"], "--seed", seed,
-             "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", *flags])  # fmt: skip
+             "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", *pinned, *flags])  # fmt: skip
     return out
 
 

@@ -13,7 +13,7 @@ from encoder_tasks.collators import PaddingCollator
 from encoder_tasks.data import Split
 from encoder_tasks.errors import UserError
 from encoder_tasks.sampling import EpochSeededCollator, GroupBatchSampler
-from encoder_tasks.tasks.pair.args import PairArguments
+from encoder_tasks.tasks.pair.args import LISTWISE_IN_BATCH_NEGATIVES, PairArguments
 from encoder_tasks.tasks.pair.listwise import (
     GROUP_SIZE_KEY,
     PAIR_INDEX,
@@ -71,6 +71,16 @@ def test_in_batch_negatives_need_listwise_training_and_a_count_of_zero_or_more()
         PairArguments(
             text_pair_column="positive", listwise_negatives="negative_1", listwise_in_batch_negatives=-1
         )
+
+
+def test_in_batch_negatives_default_to_four_for_listwise_training_only():
+    assert PairArguments(text_pair_column="positive").listwise_in_batch_negatives == 0
+    listwise = PairArguments(text_pair_column="positive", listwise_negatives="negative_1")
+    assert listwise.listwise_in_batch_negatives == LISTWISE_IN_BATCH_NEGATIVES == 4
+    off = PairArguments(
+        text_pair_column="positive", listwise_negatives="negative_1", listwise_in_batch_negatives=0
+    )
+    assert off.listwise_in_batch_negatives == 0
 
 
 def _tokenised_groups(tokenizer, groups):
@@ -163,8 +173,12 @@ def test_batches_hold_whole_groups_and_every_group_once_an_epoch():
 
 @pytest.mark.parametrize(
     ("extra", "group_size"),
-    [([], 3), (["--listwise_scale", "10"], 3), (["--listwise_in_batch_negatives", "2"], 5)],
-    ids=["unbounded", "listwise_scale-10", "in-batch-2"],
+    [
+        (["--listwise_in_batch_negatives", "0"], 3),
+        (["--listwise_scale", "10", "--listwise_in_batch_negatives", "0"], 3),
+        ([], 3 + LISTWISE_IN_BATCH_NEGATIVES),  # 4 queries a batch: 9 passages of others to draw from
+    ],
+    ids=["unbounded", "listwise_scale-10", "in-batch-default"],
 )
 def test_a_listwise_reranker_trains_learns_and_predicts(tiny_bert, tmp_path, extra, group_size):
     # The positive repeats the query's words; the negatives do not: a ranking it can learn.
