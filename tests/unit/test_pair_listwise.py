@@ -141,6 +141,9 @@ def test_in_batch_negatives_shrink_to_the_smallest_pool_and_skip_evaluation_rows
     assert int(batch[GROUP_SIZE_KEY]) == 3 and batch["input_ids"].shape[0] == 6
     evaluation = [{k: v for k, v in row.items() if k != PAIR_INDEX} for row in rows]
     assert GROUP_SIZE_KEY not in collate(evaluation) and collate(evaluation)["input_ids"].shape[0] == 4
+    # A batch of one group (an epoch's last) has nothing to draw: it trains on its own rows.
+    alone = collate(rows[:2])
+    assert int(alone[GROUP_SIZE_KEY]) == 2 and alone["labels"].tolist() == [1, 0]
 
 
 def test_rows_become_consecutive_labelled_groups_positive_first():
@@ -184,8 +187,8 @@ def test_a_listwise_reranker_trains_learns_and_predicts(tiny_bert, tmp_path, ext
     # The positive repeats the query's words; the negatives do not: a ranking it can learn.
     words = ["red", "blue", "green", "cat", "dog", "bird", "sun", "moon"]
     lines = []
-    for i in range(8):
-        query = f"{words[i]} {words[(i + 3) % 8]}"
+    for i in range(9):  # 9 queries at 4 a batch: each epoch ends on a batch of one
+        query = f"{words[i % 8]} {words[(i + 3) % 8]}"
         lines.append({"query": query, "positive": f"the {query} here", "negative_1": f"a {words[(i + 1) % 8]}",
                       "negative_2": f"no {words[(i + 5) % 8]} at all"})  # fmt: skip
     data = write(tmp_path / "mined.jsonl", "".join(json.dumps(r) + "\n" for r in lines))
@@ -204,7 +207,7 @@ def test_a_listwise_reranker_trains_learns_and_predicts(tiny_bert, tmp_path, ext
     out = tmp_path / "run"
     metrics = run_train("pair", tiny_bert, data, out, *flags, validation=data)
     assert read_json(out / "encoder_tasks.json")["settings"]["label_names"] == ["0", "1"]
-    assert metrics["eval_calibration_examples"] == 24  # validation scored as 8 x 3 labelled pairs
+    assert metrics["eval_calibration_examples"] == 27  # validation scored as 9 x 3 labelled pairs
     losses = [r["loss"] for r in read_jsonl(out / "log.jsonl") if "loss" in r]
     # The first loss is near log(passages per query): in-batch negatives make the lists longer.
     assert losses[0] > 0.9 * math.log(group_size) and sum(losses[-4:]) / 4 < 0.5 * losses[0]

@@ -139,6 +139,10 @@ class InBatchNegatives:
             others = (self.passages[i] for h, other in enumerate(indices) if h != g for i in other)
             pools.append([p for p in others if p != positive])
         count = min([self.count, *(len(pool) for pool in pools)])
+        if count == 0:  # a batch of one group (an epoch's last, say) has no other rows to draw from
+            batch = self.collator(features)
+            batch[GROUP_SIZE_KEY] = torch.tensor(size)
+            return batch
         drawn = [random.sample(pool, count) for pool in pools]
         encoded = self.tokenizer(
             [self.queries[own[0]] for own in indices for _ in range(count)],
