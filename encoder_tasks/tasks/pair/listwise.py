@@ -139,16 +139,18 @@ class InBatchNegatives:
             others = (self.passages[i] for h, other in enumerate(indices) if h != g for i in other)
             pools.append([p for p in others if p != positive])
         count = min([self.count, *(len(pool) for pool in pools)])
-        if count == 0:  # a batch of one group (an epoch's last, say) has no other rows to draw from
-            batch = self.collator(features)
-            batch[GROUP_SIZE_KEY] = torch.tensor(size)
-            return batch
         drawn = [random.sample(pool, count) for pool in pools]
-        encoded = self.tokenizer(
-            [self.queries[own[0]] for own in indices for _ in range(count)],
-            [p for group in drawn for p in group],
-            truncation=True,
-            max_length=self.max_length,
+        # A batch of one group (an epoch's last, say) has nothing to draw, and the tokenizer
+        # refuses an empty list: such a batch trains on its own rows.
+        encoded = (
+            self.tokenizer(
+                [self.queries[own[0]] for own in indices for _ in range(count)],
+                [p for group in drawn for p in group],
+                truncation=True,
+                max_length=self.max_length,
+            )
+            if count
+            else {}
         )
         rows, n = [], 0
         for group in groups:
