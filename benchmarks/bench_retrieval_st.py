@@ -504,7 +504,8 @@ def rerank_tables(results: dict) -> dict:
             top = ", ".join(str(r["rerank_top_k"]) for r in runs) if "rerank_top_k" in runs[0] else "-"
             rows.append([lang, name, *cells, wall, top, len(runs)])
         alone = by_row["hardneg, no reranker"]
-        ours_name = next(n for n, k in RERANK_ROWS.items() if k is None)
+        # None where --rows left the toolkit's row out: each reranker is then judged alone
+        ours_name = next((n for n, k in RERANK_ROWS.items() if k is None), None)
         for name in RERANK_ROWS:
             if name not in by_row:
                 continue

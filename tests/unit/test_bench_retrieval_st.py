@@ -100,6 +100,16 @@ def test_one_seed_is_not_judged():
     assert gain[2:5] == ["+5.0", "- (1 seed)", "not judged"]
 
 
+def test_a_run_without_the_toolkit_row_judges_each_reranker_alone(monkeypatch):
+    ours, _, bce = list(st.RERANK_ROWS)
+    monkeypatch.setattr(st, "RERANK_ROWS", {bce: "bce"})  # as --rows leaves it
+    results = {"zh": {"hardneg, no reranker": [_run(0.50)], bce: [_run(0.45, 50, 10)]}}
+    tables = st.rerank_tables(results)
+    assert [r[1] for r in tables["rerank-st"]["rows"]] == ["hardneg, no reranker", bce]
+    (gain,) = tables["rerank-st-targets"]["rows"]
+    assert gain[1] == f"{bce} - no reranker, nDCG@10 (points)" and gain[2] == "-5.0"
+
+
 def test_ranked_encodes_a_model_once_per_split_until_its_weights_change(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(br, "_RANKED", {})
