@@ -38,9 +38,10 @@ def measure(model_dir: str, batch_size: int) -> dict:
     from encoder_tasks.heads import EncoderWithHead, load_starting_encoder
     from encoder_tasks.precision import autocast_for
 
-    metadata = read_task_metadata(model_dir)
-    if metadata is not None:  # a run: its fine-tuned encoder
-        encoder = EncoderWithHead.from_pretrained(model_dir).encoder.eval()
+    saved = None  # the graph record of a run that quantize wrote (its typed settings' ``runtime``)
+    if read_task_metadata(model_dir) is not None:  # a run: its fine-tuned encoder
+        model = EncoderWithHead.from_pretrained(model_dir)
+        encoder, saved = model.encoder.eval(), model.settings.get("runtime")
     else:  # a plain encoder, a sentence-transformers folder, a packaged Hub id
         encoder = load_starting_encoder(model_dir).eval()
     key = runtimes.weights_key(encoder)
@@ -59,7 +60,7 @@ def measure(model_dir: str, batch_size: int) -> dict:
         graph = runtimes.exported("openvino", encoder, key)
         bf16 = runtimes.load_runtime("openvino", graph, encoder.config, compute="bf16")
         contenders["openvino bf16"] = (bf16, contextlib.nullcontext)
-    int8 = saved_int8_graph(model_dir, metadata)
+    int8 = saved_int8_graph(model_dir, saved)
     if int8 is not None:
         contenders["openvino int8"] = (
             runtimes.load_runtime("openvino", int8, encoder.config, precision="int8"),
@@ -115,12 +116,12 @@ def random_tokens(config, batch: int, length: int, generator) -> dict:
     }
 
 
-def saved_int8_graph(model_dir: str, metadata: dict | None):
-    """The OpenVINO int8 graph ``quantize`` saved in the run ``model_dir``, else None."""
+def saved_int8_graph(model_dir: str, runtime: dict | None):
+    """The OpenVINO int8 graph ``quantize`` saved in the run ``model_dir`` (``runtime``: its
+    settings' record of it), else None."""
     from pathlib import Path
 
-    runtime = ((metadata or {}).get("settings") or {}).get("runtime") or {}
-    if runtime.get("backend") != "openvino" or runtime.get("precision") != "int8":
+    if not runtime or runtime.get("backend") != "openvino" or runtime.get("precision") != "int8":
         return None
     return Path(model_dir) / runtime["file"]
 
