@@ -239,10 +239,9 @@ def dense_scores(model_dir: str, split: dict, size: dict) -> dict:
 def reranked_scores(scorer, split: dict, candidates, top_k: int) -> dict:
     """The metrics once ``scorer`` (a :class:`CrossEncoderScorer`) re-orders each query's first
     ``top_k`` ``candidates``; beyond them the bi-encoder's order stands."""
-    from encoder_tasks.tasks.embedding.rerank import rerank
+    from benchmarks.bench_retrieval import reranked_order
 
-    head, _ = rerank(scorer, split["queries"], candidates[:, :top_k], split["corpus"], top_k)
-    merged = [list(h) + [c for c in row if c not in set(h)] for h, row in zip(head, candidates)]
+    merged = reranked_order(scorer, split["queries"], candidates, split["corpus"], top_k)
     return metrics([m[:10] for m in merged], split["relevant"])
 
 
@@ -296,15 +295,12 @@ def mine(
 
 
 def train_reranker(out: Path, rows: Path, size: dict, seed: int) -> Path:
-    """The listwise reranker (``RERANKER_FLAGS``) on (query, positive, negative_1..3) ``rows``; it
-    reads a query and a function's code at the bi-encoder's length plus 32 tokens for the query."""
-    if not (out / "encoder_tasks.json").is_file():
-        cli(["pair", "train", "--model_name_or_path", MINILM, "--train_file", rows, "--output_dir", out,
-             "--text_column", "query", "--text_pair_column", "positive", "--label_column", "label",
-             "--max_length", size["max_length"] + 32, "--num_train_epochs", size["rerank_epochs"], "--seed", seed,
-             "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "25",
-             "--overwrite_output_dir", "true", *RERANKER_FLAGS])  # fmt: skip
-    return out
+    """The retrieval benchmark's listwise reranker (``RERANKER_FLAGS``, ``rerank_epochs``) on
+    (query, positive, negative_1..3) ``rows``: a query and a function's code at the bi-encoder's
+    length plus 32 tokens for the query."""
+    from benchmarks.bench_retrieval import train_reranker as train
+
+    return train(out, rows, {**size, "epochs": size["rerank_epochs"]}, seed, *RERANKER_FLAGS)
 
 
 def train_mlm(out: Path, documents: Path, size: dict, masking: str, seed: int) -> Path:

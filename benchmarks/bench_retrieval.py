@@ -225,17 +225,24 @@ def scores(indices, relevant) -> dict:
 def rerank_scores(reranker, split: dict, indices, relevant, k: int) -> dict:
     """``reranker`` (a pair run's folder, or any object with ``scores(pairs)``) re-ordering each
     query's top ``k`` of ``indices``; the metrics of the result."""
-    from encoder_tasks.tasks.embedding.rerank import CrossEncoderScorer, rerank
+    from encoder_tasks.tasks.embedding.rerank import CrossEncoderScorer
 
     if hasattr(reranker, "scores"):
         scorer = reranker
     else:
         scorer = CrossEncoderScorer.load(str(reranker), batch_size=64, disable_tqdm=True)
     queries = [q for q, _ in split["pairs"]]
-    top, _ = rerank(scorer, queries, indices[:, :k], split["corpus"], k)
-    # beyond the reranked head the bi-encoder's order stands
-    merged = [list(t) + [i for i in row if i not in set(t)] for t, row in zip(top, indices)]
+    merged = reranked_order(scorer, queries, indices, split["corpus"], k)
     return scores([m[:100] for m in merged], relevant)
+
+
+def reranked_order(scorer, queries: list[str], indices, corpus: list[str], k: int) -> list[list[int]]:
+    """Each query's ``indices`` (corpus rows, best first) with its first ``k`` re-ordered by
+    ``scorer`` (anything with ``scores(pairs)``); beyond them the bi-encoder's order stands."""
+    from encoder_tasks.tasks.embedding.rerank import rerank
+
+    top, _ = rerank(scorer, queries, indices[:, :k], corpus, k)
+    return [list(t) + [i for i in row if i not in set(t)] for t, row in zip(top, indices)]
 
 
 def run_lang(lang: str, size: dict, seeds: list[int], work: Path, with_reranker: bool = True) -> dict:
