@@ -3,6 +3,7 @@ identifier-aware MLM, clone detection.
 
     python benchmarks/bench_code.py --size quick --work /tmp/bench-code-quick   # smoke: a few minutes
     python benchmarks/bench_code.py --size full --work /tmp/bench-code          # the committed run
+    python benchmarks/bench_code.py --size large --variants all --save          # settings, validation only
 
 Data: ``encoder-tasks code extract`` (:mod:`encoder_tasks.commands.code`) over the standard
 library and installed packages. Splits are by package and named (``SEARCH_SPLITS``): the models
@@ -31,6 +32,10 @@ Clone detection (F1 at the threshold that is best on validation, ROC AUC): pairs
 library, whose code differs; against a same-named and a same-sized function), split by library
 (``CLONE_SPLITS``); the base MiniLM's cosine, and a cross-encoder (``pair train``) fine-tuned on
 the training libraries' pairs.
+
+``--variants`` instead tries other fine-tuning settings (``VARIANTS``: more epochs, another
+learning rate, more training packages) on the first seed, scored on the validation packages only:
+how a size's setting is chosen without looking at the test packages.
 
 Every finished step is kept in ``--work``; a stopped run resumes. Results:
 ``benchmarks/results/code-<time>.json``.
@@ -110,6 +115,19 @@ MASKINGS = ("tokens", "words", "identifiers")
 #: The search table's row order (rows are recorded in the order they finish).
 SEARCH_ROWS = ("BM25 (code tokens)", "base MiniLM", "fine-tuned", "identifier MLM, then fine-tuned",
                "fine-tuned + mined hard negatives", "fine-tuned + mined hard negatives + listwise reranker")  # fmt: skip
+#: Fine-tuning settings tried on the validation packages only (``--variants``, the first seed):
+#: the plain fine-tune of ``--size`` with these changes, each scored on the validation packages.
+#: The one that scores best there is the candidate for that size's setting; the test packages are
+#: not scored.
+VARIANTS = {
+    "setting": ("the size's own setting (1 epoch, lr 5e-5, the training packages)", {}),
+    "epochs-3": ("3 epochs", {"epochs": 3}),
+    "lr-1e-4": ("learning rate 1e-4", {"learning_rate": 1e-4}),
+    "more-packages": ("the training packages plus MORE_TRAIN_PACKAGES", {"more_packages": True}),
+}
+#: What the ``more-packages`` variant adds to the training packages: large pure-Python libraries
+#: with docstrings, none of them (or a copy inside them) a validation or test package.
+MORE_TRAIN_PACKAGES = {"stdlib": [], "site-packages": ["networkx", "scipy", "sympy", "transformers"]}
 logger = logging.getLogger("bench_code")
 
 
@@ -139,11 +157,15 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 # ---- data ----------------------------------------------------------------------------------
-def extract_search(work: Path) -> Path:
-    out = work / "search-data"
+def extract_search(work: Path, more_train: dict | None = None, name: str = "search-data") -> Path:
+    """``code extract`` of ``SEARCH_SPLITS``' packages (and ``more_train``'s, which train) into
+    ``work / name``, once."""
+    out = work / name
     if not (out / "report.json").is_file():
         packages = {
-            src: sorted({p for split in SEARCH_SPLITS.values() for p in split[src]})
+            src: sorted(
+                {p for split in (*SEARCH_SPLITS.values(), more_train or {}) for p in split.get(src, ())}
+            )
             for src in ("stdlib", "site-packages")
         }
         cli(["code", "extract", STDLIB, SITE, out, "--packages", ",".join(packages["stdlib"] + packages["site-packages"]),
@@ -271,9 +293,9 @@ def train_embedding(out: Path, train: Path, size: dict, seed: int, start: str = 
         cli(["embedding", "train", "--model_name_or_path", start, "--train_file", train, "--output_dir", out,
              "--text_column", "query", "--text_pair_column", "positive", "--loss", "mnrl", "--symmetric", "true",
              "--max_length", size["max_length"], "--num_train_epochs", size["epochs"],
-             "--per_device_train_batch_size", size["batch"], "--learning_rate", "5e-5", "--seed", seed,
-             "--save_strategy", "no", "--report_to", "none", "--logging_steps", "10", "--disable_tqdm", "true",
-             "--score_column", "none", "--overwrite_output_dir", "true", *flags])  # fmt: skip
+             "--per_device_train_batch_size", size["batch"], "--learning_rate", size.get("learning_rate", 5e-5),
+             "--seed", seed, "--save_strategy", "no", "--report_to", "none", "--logging_steps", "10",
+             "--disable_tqdm", "true", "--score_column", "none", "--overwrite_output_dir", "true", *flags])  # fmt: skip
     return out
 
 
@@ -418,17 +440,8 @@ def run(work: Path, size: dict, seeds: list[int], progress) -> dict:
         ]
         progress(results)
 
-    if "max_lengths" in size:  # the one choice of this size, made on validation with the base model
-        lengths = cached(work / "base-validation-lengths.json",
-                         lambda: {str(n): dense_scores(MINILM, validation, {**size, "max_length": n})
-                                  for n in size["max_lengths"]})  # fmt: skip
-        size["max_length"] = int(max(lengths, key=lambda n: lengths[n]["mrr@10"]))
-        results["search"]["max_length_choice"] = {
-            "validation_base_minilm": lengths,
-            "chosen": size["max_length"],
-        }
-        logger.info("max_length %d (base MiniLM's validation MRR@10 by length: %s)", size["max_length"],
-                    {n: r["mrr@10"] for n, r in lengths.items()})  # fmt: skip
+    if "max_lengths" in size:
+        results["search"]["max_length_choice"] = choose_max_length(work, size, validation)
     parts = size.get("parts", PARTS)
     rows["BM25 (code tokens)"] = [cached(work / "bm25.json", lambda: bm25_scores(test))]
     rows["base MiniLM"] = [cached(work / "base.json", lambda: dense_scores(MINILM, test, size))]
@@ -473,6 +486,66 @@ def run(work: Path, size: dict, seeds: list[int], progress) -> dict:
     return results
 
 
+def choose_max_length(work: Path, size: dict, validation: dict) -> dict:
+    """The one choice of a size with ``max_lengths``, made on validation with the base model:
+    sets ``size["max_length"]`` and returns the scores it was chosen by."""
+    lengths = cached(work / "base-validation-lengths.json",
+                     lambda: {str(n): dense_scores(MINILM, validation, {**size, "max_length": n})
+                              for n in size["max_lengths"]})  # fmt: skip
+    size["max_length"] = int(max(lengths, key=lambda n: lengths[n]["mrr@10"]))
+    logger.info("max_length %d (base MiniLM's validation MRR@10 by length: %s)", size["max_length"],
+                {n: r["mrr@10"] for n, r in lengths.items()})  # fmt: skip
+    return {"validation_base_minilm": lengths, "chosen": size["max_length"]}
+
+
+def more_training_pairs(work: Path, data: Path) -> Path:
+    """The training pairs of the training packages and ``MORE_TRAIN_PACKAGES``, less any whose
+    code is a validation or test function's in ``data`` (the extraction whose validation set the
+    variants share): no held-out function is trained on, whichever package holds a copy."""
+    from encoder_tasks.data.code import normalized
+
+    more = extract_search(work, MORE_TRAIN_PACKAGES, "search-data-more")
+    held_out = {normalized(r["code"]) for split in ("validation", "test")
+                for r in read_jsonl(data / f"functions-{split}.jsonl")}  # fmt: skip
+    pairs = [r for r in read_jsonl(more / "search-train.jsonl") if normalized(r["positive"]) not in held_out]
+    return write_jsonl(
+        work / "sets" / "train-more.jsonl", [{"query": r["query"], "positive": r["positive"]} for r in pairs]
+    )
+
+
+def run_variants(work: Path, size: dict, seed: int, names: list[str], progress) -> dict:
+    """The plain fine-tune under each of ``VARIANTS``' ``names``, scored on the validation
+    packages only (``progress(results)`` after each)."""
+    data = extract_search(work)
+    sets = search_sets(data, size, work)
+    validation = sets["validation"]
+    rows: dict[str, dict] = {}
+    results = {"variants": rows, "validation_queries": len(validation["queries"]),
+               "validation_corpus": len(validation["corpus"]), "packages": SEARCH_SPLITS,
+               "more_train_packages": MORE_TRAIN_PACKAGES}  # fmt: skip
+    if "max_lengths" in size:
+        results["max_length_choice"] = choose_max_length(work, size, validation)
+    rows["base MiniLM (not fine-tuned)"] = cached(work / "base-validation.json",
+                                                  lambda: dense_scores(MINILM, validation, size))  # fmt: skip
+    progress(results)
+    for name in names:
+        what, changes = VARIANTS[name]
+        train = more_training_pairs(work, data) if changes.get("more_packages") else sets["train_file"]
+        run_size = {**size, **changes}
+        ft = train_embedding(work / f"variant-{name}-seed{seed}", train, run_size, seed)
+        metrics_file = json.loads((ft / "metrics.json").read_text())
+        rows[name] = {
+            "what": what,
+            "training_pairs": len(read_jsonl(train)),
+            "epochs": run_size["epochs"],
+            "learning_rate": run_size.get("learning_rate", 5e-5),
+            "train_s": round(metrics_file.get("train_runtime", float("nan")), 1),
+            **cached(ft / "validation.json", lambda ft=ft, run_size=run_size: dense_scores(str(ft), validation, run_size)),
+        }  # fmt: skip
+        progress(results)
+    return results
+
+
 def masking_runs(work, data, sets, size, seed, rows, masking_rows, test, step) -> None:
     """MLM with each masking for the same steps, then the same fine-tune: the downstream score."""
     documents = write_jsonl(
@@ -496,8 +569,27 @@ def in_order(rows: dict) -> list[tuple[str, list]]:
     return sorted(rows.items(), key=lambda item: rank.get(item[0], len(rank)))
 
 
+def variant_tables(results: dict) -> dict:
+    """A ``--variants`` result file's table: validation scores, best MRR@10 marked."""
+    rows = results["variants"]
+    tuned = {n: r for n, r in rows.items() if "what" in r}
+    best = max(tuned, key=lambda n: tuned[n]["mrr@10"]) if tuned else None
+    return {
+        "variants": {
+            "columns": ["variant", "what", "training pairs", "epochs", "learning rate", "validation MRR@10",
+                        "nDCG@10", "recall@10", "train s", "best on validation"],
+            "rows": [[n, r.get("what", "-"), r.get("training_pairs", "-"), r.get("epochs", "-"),
+                      r.get("learning_rate", "-"), f"{r['mrr@10']:.4f}", f"{r['ndcg@10']:.4f}",
+                      f"{r['recall@10']:.4f}", r.get("train_s", "-"), "yes" if n == best else ""]
+                     for n, r in rows.items()],
+        }
+    }  # fmt: skip
+
+
 def tables(results: dict) -> dict:
     """The result file's tables (:mod:`benchmarks.tables` format), from the numbers it holds."""
+    if "variants" in results:
+        return variant_tables(results)
 
     def pm(runs, key):
         spread = mean_spread([r[key] for r in runs])
@@ -526,7 +618,11 @@ def tables(results: dict) -> dict:
             "rows": [[m, r["f1"], r["auc"], r["threshold"]] for m, r in results["clones"]["rows"].items()],
         }
     target = []
-    for row in ("fine-tuned", "fine-tuned + mined hard negatives + listwise reranker"):
+    for row in (
+        "fine-tuned",
+        "fine-tuned + mined hard negatives",
+        "fine-tuned + mined hard negatives + listwise reranker",
+    ):
         if row not in rows:
             continue
         ours = mean_spread([r["mrr@10"] for r in rows[row]])
@@ -562,6 +658,11 @@ def main() -> None:
     )
     parser.add_argument("--save", action="store_true", help="Write the result file to benchmarks/results/.")
     parser.add_argument("--add_tables", default=None, help="Only (re)compute the tables of this result file.")
+    parser.add_argument(
+        "--variants",
+        default=None,
+        help=f"Instead of the benchmark: these fine-tuning variants on validation only ({', '.join(VARIANTS)}; 'all').",
+    )
     args = parser.parse_args()
     if args.add_tables:
         path = Path(args.add_tables)
@@ -591,6 +692,17 @@ def main() -> None:
         partial.write_text(json.dumps(results, indent=2, default=str))
         return results
 
+    if args.variants:
+        names = list(VARIANTS) if args.variants == "all" else args.variants.split(",")
+        unknown = [n for n in names if n not in VARIANTS]
+        if unknown:
+            parser.error(f"--variants: unknown {unknown}; expected some of {list(VARIANTS)}")
+        results = run_variants(work, size, seeds[0], names, finish)
+        shown = [{"variant": n, **r} for n, r in results["variants"].items()]
+        print_table(shown, ["variant", "training_pairs", "epochs", "mrr@10", "ndcg@10", "train_s"])
+        if args.save:
+            print("saved", save_results(f"code-variants-{args.size}", results))
+        return
     results = run(work, size, seeds, finish)
     shown = [{**r, **{k: f"{r[k]['mean']:.4f} ± {r[k]['std']:.4f}" for k in ("mrr@10", "ndcg@10")}}
              for r in results["search"]["table"]]  # fmt: skip

@@ -3,6 +3,8 @@ head with a scorer, and the targets the tables judge."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from benchmarks import bench_code as bc
@@ -55,3 +57,44 @@ def test_the_search_table_lists_rows_in_a_fixed_order_whatever_finished_first():
     finished = {"fine-tuned + mined hard negatives": row, "base MiniLM": row, "BM25 (code tokens)": row}
     shown = [r[0] for r in bc.tables({"search": {"rows": finished}})["search"]["rows"]]
     assert shown == ["BM25 (code tokens)", "base MiniLM", "fine-tuned + mined hard negatives"]
+
+
+def test_the_variants_table_marks_the_best_tuned_variant_on_validation():
+    score = {"ndcg@10": 0.5, "recall@10": 0.5}
+    results = {
+        "variants": {
+            "base MiniLM (not fine-tuned)": {"mrr@10": 0.9, **score},  # not a variant: never marked
+            "setting": {"what": "1 epoch", "mrr@10": 0.60, "epochs": 1, **score},
+            "epochs-3": {"what": "3 epochs", "mrr@10": 0.65, "epochs": 3, **score},
+        }
+    }
+    rows = bc.tables(results)["variants"]["rows"]
+    assert [(r[0], r[-1]) for r in rows] == [
+        ("base MiniLM (not fine-tuned)", ""),
+        ("setting", ""),
+        ("epochs-3", "yes"),
+    ]
+
+
+def test_more_training_pairs_never_trains_on_a_held_out_functions_code(tmp_path, monkeypatch):
+    def lines(rows):
+        return "".join(json.dumps(r) + "\n" for r in rows)
+
+    base, more = tmp_path / "search-data", tmp_path / "search-data-more"
+    base.mkdir()
+    more.mkdir()
+    (tmp_path / "sets").mkdir()
+    (base / "functions-validation.jsonl").write_text(lines([{"code": "def f():\n    return 1"}]))
+    (base / "functions-test.jsonl").write_text(lines([{"code": "def g(x):\n    return x"}]))
+    (more / "search-train.jsonl").write_text(
+        lines(
+            [
+                {"id": 1, "query": "one", "positive": "def f():  return 1"},  # a copy, spaced differently
+                {"id": 2, "query": "kept", "positive": "def h():\n    return 2"},
+                {"id": 3, "query": "ident", "positive": "def g(x):\n    return x"},
+            ]
+        )
+    )
+    monkeypatch.setattr(bc, "extract_search", lambda work, more_train=None, name="search-data": work / name)
+    kept = bc.read_jsonl(bc.more_training_pairs(tmp_path, base))
+    assert kept == [{"query": "kept", "positive": "def h():\n    return 2"}]
