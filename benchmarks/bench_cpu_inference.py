@@ -227,7 +227,7 @@ CONTENDERS = [
         "infinity",
         "serve",
         "Infinity `--engine torch --dtype bfloat16` (the bf16 a CPU with AMX computes natively)",
-        {"engine": "torch", "flags": ["--dtype", "bfloat16"]},
+        {"engine": "torch", "flags": ["--dtype", "bfloat16"], "bf16": True},
     ),
     Contender(
         "serve-infinity-optimum",
@@ -1092,13 +1092,19 @@ MAIN_MODULES = {
 }
 
 
+def skip_without_native_bf16(params: dict, ctx: dict) -> None:
+    """A bf16 row runs only where the CPU computes bf16 natively (elsewhere it is emulated, and no
+    user would pick it): the same rule as the toolkit's own ``--precision auto``."""
+    if params.get("bf16") and not ctx["cpu"]["native_bf16"]:
+        raise Skip("this CPU has no native bf16 (neither avx512_bf16 nor amx_bf16 in /proc/cpuinfo)")
+
+
 def run_encoder(contender: Contender, ctx: dict) -> dict:
     """One encoding contender in its own subprocess: the row, with its metric."""
     import numpy as np
 
     params = contender.params
-    if params.get("bf16") and not ctx["cpu"]["native_bf16"]:
-        raise Skip("this CPU has no native bf16 (neither avx512_bf16 nor amx_bf16 in /proc/cpuinfo)")
+    skip_without_native_bf16(params, ctx)
     module, package = MAIN_MODULES.get(contender.kind, (None, None))
     if contender.env == "main" and module and importlib.util.find_spec(module) is None:
         raise Skip(f"{package} is not installed in this project's environment (pip install {package})")
@@ -1203,6 +1209,7 @@ def model_with_onnx(ctx: dict, int8: bool = False) -> Path:
 
 def server_plan(contender: Contender, ctx: dict) -> dict:
     """How one serving contender starts: its command, readiness path, route and folder to run in."""
+    skip_without_native_bf16(contender.params, ctx)
     args = ctx["args"]
     python = ctx["python_of"](contender.env)
     port = free_port()

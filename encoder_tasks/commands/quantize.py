@@ -54,43 +54,48 @@ from .quantize_report import describe_sizes, evaluate_and_time, log_report, writ
 logger = logging.getLogger(__name__)
 
 
-#: ``--backend auto``: the int8 that measured fastest at no metric loss, where it can run here
+#: ``--backend auto``'s candidates, made and timed where ``quantize`` runs (:mod:`.quantize_auto`).
+#: On CPUs with int8 dot-product instructions OpenVINO static int8 measured fastest at no metric loss
 #: (MiniLM encode, 999 STS-B sentences, x torch fp32 in two runs: OpenVINO static 2.86x / 2.72x at
 #: Spearman 0.9270 against 0.9272; ONNX dynamic 1.79x / 1.83x and torch dynamic 1.80x / 1.72x at
 #: 0.9264; ONNX static 1.05x / 1.00x at 0.9237: benchmarks/results/backends-20261201-171306.json and
-#: backends-20261201-171439.json). Static int8 calibrates on the user's inputs, so OpenVINO is taken
-#: only when there are some (--calibration_file or --validation_file); else torch dynamic int8.
-AUTO_ORDER = ("openvino", "torch")
+#: backends-20261201-171439.json); on an AVX2-only CPU it ran slower than fp32 and ONNX dynamic int8
+#: was the fastest (docs/speed.md). Static int8 calibrates on the user's inputs, so OpenVINO is a
+#: candidate only when there are some (--calibration_file or --validation_file); with none, or with
+#: neither runtime installed, torch dynamic int8.
+AUTO_CANDIDATES = (("openvino", "static"), ("onnx", "dynamic"))
 
 
-def choose_backend(
+def auto_candidates(
     validation_file: str | None, calibration_file: str | None, heads: bool, skip: str | None
-) -> tuple[str, str, str]:
-    """``(backend, method, why)`` that ``--backend auto`` quantizes with (see :data:`AUTO_ORDER`).
+) -> tuple[list[tuple[str, str]], str]:
+    """``([(backend, method), ...], why)``: what ``--backend auto`` makes and times (see
+    :data:`AUTO_CANDIDATES`); one candidate is simply used.
 
     Example:
-        >>> choose_backend(None, None, heads=False, skip=None)[:2]
-        ('torch', 'dynamic')
+        >>> auto_candidates(None, None, heads=False, skip=None)[0]
+        [('torch', 'dynamic')]
     """
     import importlib.util
 
     from ..runtimes import installed
 
     if heads or skip:
-        return "torch", "dynamic", "--heads/--skip choose torch's int8 layers"
+        return [("torch", "dynamic")], "--heads/--skip choose torch's int8 layers"
     if calibration_file is None and validation_file is None:
-        return (
-            "torch",
-            "dynamic",
-            "no inputs to calibrate static int8 on (give --validation_file or --calibration_file)",
+        return [("torch", "dynamic")], (
+            "no inputs to calibrate static int8 on or to time on (give --validation_file or --calibration_file)"
         )
-    if not installed("openvino") or importlib.util.find_spec("nncf") is None:
-        return "torch", "dynamic", "OpenVINO static int8 needs pip install 'encoder-tasks[openvino]'"
-    return (
-        "openvino",
-        "static",
-        "static int8 calibrated on your inputs, the fastest measured (docs/quantization.md)",
-    )
+    usable = {
+        "openvino": installed("openvino") and importlib.util.find_spec("nncf") is not None,
+        "onnx": installed("onnx"),
+    }
+    found = [(backend, method) for backend, method in AUTO_CANDIDATES if usable[backend]]
+    if not found:
+        return [("torch", "dynamic")], (
+            "int8 graphs need pip install 'encoder-tasks[openvino]' or 'encoder-tasks[onnx]'"
+        )
+    return found, "each int8 graph timed on your inputs, the fastest within the guardrail kept"
 
 
 def quantize_run(
@@ -119,12 +124,31 @@ def quantize_run(
     static, the metric guardrail: :mod:`encoder_tasks.commands.quantize_runtime`); ``torch`` is torch dynamic int8 (:mod:`.int8`).
     """
     check_choice("backend", backend, ("auto", "torch", "onnx", "openvino"))
+    runtime_options = dict(
+        calibration_file=calibration_file,
+        calibration_samples=calibration_samples,
+        max_metric_loss=max_metric_loss,
+        min_cosine=min_cosine,
+        validation_file=validation_file,
+        eval_flags=eval_flags,
+        batch_size=batch_size,
+        repeats=repeats,
+        metric=metric,
+    )
     if backend == "auto" and method is None:
-        backend, method, why = choose_backend(validation_file, calibration_file, heads, skip)
+        candidates, why = auto_candidates(validation_file, calibration_file, heads, skip)
+        if len(candidates) > 1:
+            from .quantize_auto import quantize_fastest
+
+            logger.info("quantize --backend auto: %s (%s)", ", ".join(f"{b} {m}" for b, m in candidates), why)
+            return quantize_fastest(model_dir, dest, candidates, overwrite=overwrite, **runtime_options)
+        ((backend, method),) = candidates
         logger.info("quantize --backend auto: %s %s int8 (%s)", backend, method, why)
     elif backend == "auto":  # the method was asked for: the backend that does it best
-        static_ok = method == "static" and choose_backend(validation_file, calibration_file, heads, skip)[0]
-        backend = (static_ok if static_ok == "openvino" else "onnx") if method == "static" else "torch"
+        static_ok = method == "static" and dict(
+            auto_candidates(validation_file, calibration_file, heads, skip)[0]
+        )
+        backend = ("openvino" if "openvino" in static_ok else "onnx") if method == "static" else "torch"
         logger.info("quantize --backend auto --method %s: %s", method, backend)
     if method is None:
         method = "static" if backend == "openvino" else "dynamic"
@@ -132,20 +156,7 @@ def quantize_run(
         from .quantize_runtime import quantize_with_runtime
 
         return quantize_with_runtime(
-            model_dir,
-            dest,
-            backend=backend,
-            method=method,
-            calibration_file=calibration_file,
-            calibration_samples=calibration_samples,
-            max_metric_loss=max_metric_loss,
-            min_cosine=min_cosine,
-            overwrite=overwrite,
-            validation_file=validation_file,
-            eval_flags=eval_flags,
-            batch_size=batch_size,
-            repeats=repeats,
-            metric=metric,
+            model_dir, dest, backend=backend, method=method, overwrite=overwrite, **runtime_options
         )
     if method != "dynamic" or calibration_file is not None:
         raise UserError(
@@ -259,8 +270,9 @@ def main(argv: list[str]) -> int:
         "--backend",
         default="auto",
         choices=("auto", "torch", "onnx", "openvino"),
-        help="auto: openvino static int8 where it is installed and there are inputs to calibrate on "
-        "(--validation_file or --calibration_file), else torch; torch: torch dynamic int8 layers; onnx: an "
+        help="auto: with inputs to calibrate and time on (--validation_file or --calibration_file), openvino static "
+        "and onnx dynamic int8 are both made and timed here, and the fastest within the guardrail kept (the "
+        "fastest int8 depends on the CPU); without inputs, torch; torch: torch dynamic int8 layers; onnx: an "
         "int8 ONNX graph of the encoder, run by ONNX Runtime; openvino: a static int8 OpenVINO graph (nncf) "
         "(docs/quantization.md) (default auto).",
     )

@@ -311,6 +311,8 @@ def quantize_with_runtime(
                 logger.warning(
                     "quantize: with every layer in fp32, %s", _shortfall(compared, max_metric_loss)
                 )
+        elif calibration_calls:  # no validation file: timed on the inputs given to calibrate on
+            report["speed"] = _speeds(staging, record, calibration_calls, repeats, batch_size)
         write_json(staging / REPORT_FILE, report)
         write_readme(staging / "README.md", report)
     _log(report)

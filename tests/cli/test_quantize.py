@@ -232,25 +232,91 @@ def test_overwrite_replaces_an_earlier_int8_run(task_runs, tmp_path):
     assert not [p for p in dest.iterdir() if p.name.startswith(".export-tmp-")]
 
 
-def test_auto_calibrates_openvino_static_int8_on_the_validation_file_else_torch(task_runs, tmp_path, caplog):
-    from encoder_tasks.commands.quantize import choose_backend
+def test_auto_candidates_need_inputs_to_calibrate_and_time_on(task_runs):
+    from encoder_tasks.commands.quantize import auto_candidates
 
     run = task_runs["classification"]
-    assert choose_backend(None, None, heads=False, skip=None)[:2] == (
-        "torch",
-        "dynamic",
-    )  # nothing to calibrate on
-    assert choose_backend(str(run.train_file), None, heads=True, skip=None)[:2] == ("torch", "dynamic")
-    assert choose_backend(str(run.train_file), None, heads=False, skip=None)[:2] == ("openvino", "static")
+    assert auto_candidates(None, None, heads=False, skip=None)[0] == [
+        ("torch", "dynamic")
+    ]  # nothing to time on
+    assert auto_candidates(str(run.train_file), None, heads=True, skip=None)[0] == [("torch", "dynamic")]
+    assert auto_candidates(str(run.train_file), None, heads=False, skip=None)[0] == [
+        ("openvino", "static"),
+        ("onnx", "dynamic"),
+    ]
+
+
+def test_auto_keeps_the_fastest_int8_graph_timed_here_within_the_guardrail(task_runs, tmp_path, caplog):
+    run = task_runs["classification"]
     dest = tmp_path / "auto"
+    argv = [
+        "quantize",
+        str(run.model_dir),
+        str(dest),
+        "--validation_file",
+        str(run.train_file),
+        "--repeats",
+        "1",
+    ]
     with caplog.at_level("INFO"):
-        assert (
-            main(["quantize", str(run.model_dir), str(dest), "--validation_file", str(run.train_file)]) == 0
-        )
-    assert "quantize --backend auto: openvino static int8" in caplog.text
+        assert main(argv) == 0
+    report = read_json(dest / "quantization_report.json")
+    auto = report["auto"]
+    assert set(auto["candidates"]) == {"openvino", "onnx"}
+    within = {n: c for n, c in auto["candidates"].items() if c["within_target"]}
+    assert auto["chosen"] == max(within, key=lambda n: within[n]["speedup"])
+    assert f"kept {auto['chosen']}" in caplog.text
+    # DEST is the kept candidate's run, and only it: its graph, no other candidate's, no leftovers.
     runtime = read_json(dest / "encoder_tasks.json")["settings"]["runtime"]
-    assert runtime["backend"] == "openvino" and runtime["method"] == "static"
-    # Loaded at the defaults (no --backend), it runs the OpenVINO graph and keeps the fp32 labels.
+    assert runtime["backend"] == auto["chosen"] and report["dest"] == str(dest)
+    graphs = {"openvino": "encoder.xml", "onnx": "encoder.int8.onnx"}
+    assert (dest / graphs[auto["chosen"]]).is_file()
+    other = ({"openvino", "onnx"} - {auto["chosen"]}).pop()
+    assert not (dest / graphs[other]).exists() and not (dest / other).exists()
+    assert not [p for p in dest.iterdir() if p.name.startswith(".")]
+    # Loaded at the defaults (no --backend), it runs the kept graph and keeps the fp32 labels.
     int8 = Predictor.load(dest)
     fp32 = Predictor.load(run.model_dir, precision="fp32")
     assert [r["label"] for r in int8(run.records)] == [r["label"] for r in fp32(run.records)]
+
+
+def test_auto_prefers_a_graph_within_the_guardrail_to_a_faster_one_outside_it():
+    from encoder_tasks.commands.quantize_auto import fastest
+
+    reports = {
+        "openvino": {"speed": {"speedup": 3.0}, "metric": {"within_target": False}},
+        "onnx": {"speed": {"speedup": 1.2}, "metric": {"within_target": True}},
+    }
+    assert fastest(reports) == "onnx"
+    reports["onnx"]["metric"]["within_target"] = False  # none within: the fastest
+    assert fastest(reports) == "openvino"
+
+
+def test_auto_keeps_what_succeeded_when_one_candidate_fails(task_runs, tmp_path, monkeypatch, caplog):
+    from encoder_tasks.commands import quantize_runtime
+    from encoder_tasks.errors import UserError
+
+    real = quantize_runtime.quantize_with_runtime
+
+    def onnx_fails(model_dir, dest, *, backend, **options):
+        if backend == "onnx":
+            raise UserError("the onnx candidate broke")
+        return real(model_dir, dest, backend=backend, **options)
+
+    monkeypatch.setattr(quantize_runtime, "quantize_with_runtime", onnx_fails)
+    run = task_runs["classification"]
+    dest = tmp_path / "auto"
+    argv = [
+        "quantize",
+        str(run.model_dir),
+        str(dest),
+        "--validation_file",
+        str(run.train_file),
+        "--repeats",
+        "1",
+    ]
+    with caplog.at_level("INFO"):
+        assert main(argv) == 0
+    assert "onnx dynamic int8 failed: the onnx candidate broke" in caplog.text
+    assert read_json(dest / "encoder_tasks.json")["settings"]["runtime"]["backend"] == "openvino"
+    assert not (dest / "onnx").exists()
