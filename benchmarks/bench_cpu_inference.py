@@ -54,6 +54,16 @@ RESULTS = REPO / "benchmarks" / "results"
 VENVS = REPO / "benchmarks" / ".venvs"
 STSB_TEST = Path("pair") / "stsb" / "sts-test.csv"
 RESULT_MARK = "BENCH-RESULT "
+
+
+def results_printed(stdout: str) -> list[dict]:
+    """The rows a worker printed after ``RESULT_MARK``, wherever on a line the mark starts: a
+    library may have written to stdout without a newline just before it (the pair run's remote
+    modeling code did, and the row was lost although the worker had finished)."""
+    return [json.loads(line[line.index(RESULT_MARK) + len(RESULT_MARK) :]) for line in stdout.splitlines()
+            if RESULT_MARK in line]  # fmt: skip
+
+
 SERVED_NAME = "minilm"
 WARMUP_REQUESTS = 64
 TOOLKIT_CLI = "import sys; from encoder_tasks.cli import main; sys.exit(main())"
@@ -1146,10 +1156,10 @@ def run_encoder(contender: Contender, ctx: dict) -> dict:
         done = subprocess.run(
             command, stdout=subprocess.PIPE, stderr=out, text=True, env=child_env(), timeout=3600
         )
-    marked = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    marked = results_printed(done.stdout)
     if done.returncode or not marked:
         raise RuntimeError(f"worker exited with {done.returncode}: " + _tail(log))
-    row = json.loads(marked[-1][len(RESULT_MARK) :])
+    row = marked[-1]
     vectors = np.load(spec["vectors_file"])
     seconds = statistics.median(row["pass_seconds"])
     row.update(
@@ -1177,8 +1187,14 @@ def calibration_file(ctx: dict) -> str:
 
 
 def toolkit_quantize(contender: Contender, flags: list[str], ctx: dict) -> str:
-    """``encoder-tasks quantize MODEL DEST [flags]`` once per work folder; a refusal is a Skip."""
+    """``encoder-tasks quantize MODEL DEST [flags]`` once per work folder, and again once in a run
+    that redoes ``contender`` (a changed ``quantize`` is measured, not its old copy); a refusal is a
+    Skip."""
     dest = Path(ctx["work"]) / contender.name
+    remade = ctx.setdefault("quantized_this_run", set())
+    if contender.name in ctx.get("redo", ()) and contender.name not in remade:
+        shutil.rmtree(dest, ignore_errors=True)
+    remade.add(contender.name)
     if (dest / "config.json").is_file():
         return str(dest)
     flags = [calibration_file(ctx) if flag == "{calibration}" else flag for flag in flags]
@@ -1602,10 +1618,10 @@ def main(argv: list[str] | None = None) -> int:
                     env=child_env(),
                     timeout=1800,
                 )
-                marked = [x for x in done.stdout.splitlines() if x.startswith(RESULT_MARK)]
+                marked = results_printed(done.stdout)
                 if done.returncode or not marked:
                     raise RuntimeError("ONNX export failed: " + done.stderr.strip()[-600:])
-                lazy["artifacts"] = json.loads(marked[-1][len(RESULT_MARK) :])
+                lazy["artifacts"] = marked[-1]
                 cached.write_text(json.dumps(lazy["artifacts"], indent=1))
         return lazy["artifacts"]
 
@@ -1619,6 +1635,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ctx = {
         "args": args,
+        "redo": redo,
         "cpu": cpu,
         "model": str(model),
         "work": str(work),

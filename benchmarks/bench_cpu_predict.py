@@ -618,12 +618,15 @@ def prepare_artifacts(run_dir: Path, folder: Path) -> dict:
     return record
 
 
-def toolkit_quantize(run_dir: Path, splits: dict, folder: Path, flags: list[str]) -> tuple[str, dict]:
-    """``encoder-tasks quantize RUN DEST --validation_file VAL [reading flags] [flags]`` once: its
-    defaults otherwise (``--backend auto``, the 1% guardrail); the directory and its report."""
+def toolkit_quantize(
+    run_dir: Path, splits: dict, folder: Path, flags: list[str], fresh: bool = False
+) -> tuple[str, dict]:
+    """``encoder-tasks quantize RUN DEST --validation_file VAL [reading flags] [flags]`` once (again
+    when ``fresh``: a redone row measures the ``quantize`` of today, not its old copy): its defaults
+    otherwise (``--backend auto``, the 1% guardrail); the directory and its report."""
     dest = folder / "int8"
     report = dest / "quantization_report.json"
-    if not report.is_file():
+    if fresh or not report.is_file():
         shutil.rmtree(dest, ignore_errors=True)
         args = [
             "quantize",
@@ -672,8 +675,9 @@ def run_contender(contender: Contender, task: str, ctx: dict) -> dict:
     model_dir, extra = str(folder / "run"), {}
     if contender.params.get("quantize") is not None:
         model_dir, extra["quantize"] = toolkit_quantize(
-            folder / "run", ctx["splits"][task], folder, contender.params["quantize"]
-        )
+            folder / "run", ctx["splits"][task], folder, contender.params["quantize"],
+            fresh=contender.name in ctx.get("redo", ()),
+        )  # fmt: skip
     python = ctx["python_of"](contender.env)
     rows_dir = folder / "rows"
     spec = {
@@ -706,10 +710,10 @@ def run_contender(contender: Contender, task: str, ctx: dict) -> dict:
     load_before = load_average()
     with log.open("w") as out:
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=out, text=True, env=env, timeout=3600)
-    marked = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    marked = cpu.results_printed(done.stdout)
     if done.returncode or not marked:
         raise RuntimeError(f"worker exited with {done.returncode}: " + cpu._tail(log))
-    row = json.loads(marked[-1][len(RESULT_MARK) :])
+    row = marked[-1]
     predictions = json.loads(Path(spec["predictions_file"]).read_text())
     seconds = statistics.median(row["pass_seconds"])
     row.update(
@@ -823,6 +827,7 @@ def main(argv: list[str] | None = None) -> int:
         return venvs[env]["python"]
 
     ctx = {"args": args, "folders": {}, "splits": {}, "artifacts": {}, "gold": {}, "python_of": python_of}
+    ctx["redo"] = redo
     ctx["runtime_cache"] = work / "runtime-cache"
     tasks_record = {}
     for task in args.task_list:
