@@ -246,10 +246,9 @@ def test_auto_candidates_need_inputs_to_calibrate_and_time_on(task_runs):
     ]
 
 
-def test_auto_keeps_the_fastest_int8_graph_timed_here_within_the_guardrail(task_runs, tmp_path, caplog):
-    run = task_runs["classification"]
-    dest = tmp_path / "auto"
-    argv = [
+def _auto_argv(run, dest) -> list[str]:
+    """``quantize`` at its defaults with a file to calibrate, score and time on: ``auto``'s comparison."""
+    return [
         "quantize",
         str(run.model_dir),
         str(dest),
@@ -258,8 +257,13 @@ def test_auto_keeps_the_fastest_int8_graph_timed_here_within_the_guardrail(task_
         "--repeats",
         "1",
     ]
+
+
+def test_auto_keeps_the_fastest_int8_graph_timed_here_within_the_guardrail(task_runs, tmp_path, caplog):
+    run = task_runs["classification"]
+    dest = tmp_path / "auto"
     with caplog.at_level("INFO"):
-        assert main(argv) == 0
+        assert main(_auto_argv(run, dest)) == 0
     report = read_json(dest / "quantization_report.json")
     auto = report["auto"]
     assert set(auto["candidates"]) == {"openvino", "onnx"}
@@ -306,17 +310,8 @@ def test_auto_keeps_what_succeeded_when_one_candidate_fails(task_runs, tmp_path,
     monkeypatch.setattr(quantize_runtime, "quantize_with_runtime", onnx_fails)
     run = task_runs["classification"]
     dest = tmp_path / "auto"
-    argv = [
-        "quantize",
-        str(run.model_dir),
-        str(dest),
-        "--validation_file",
-        str(run.train_file),
-        "--repeats",
-        "1",
-    ]
     with caplog.at_level("INFO"):
-        assert main(argv) == 0
+        assert main(_auto_argv(run, dest)) == 0
     assert "onnx dynamic int8 failed: the onnx candidate broke" in caplog.text
     assert read_json(dest / "encoder_tasks.json")["settings"]["runtime"]["backend"] == "openvino"
     assert not (dest / "onnx").exists()
