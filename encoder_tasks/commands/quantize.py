@@ -145,10 +145,11 @@ def quantize_run(
         ((backend, method),) = candidates
         logger.info("quantize --backend auto: %s %s int8 (%s)", backend, method, why)
     elif backend == "auto":  # the method was asked for: the backend that does it best
-        static_ok = method == "static" and dict(
-            auto_candidates(validation_file, calibration_file, heads, skip)[0]
-        )
-        backend = ("openvino" if "openvino" in static_ok else "onnx") if method == "static" else "torch"
+        if method == "static":
+            usable = dict(auto_candidates(validation_file, calibration_file, heads, skip)[0])
+            backend = "openvino" if "openvino" in usable else "onnx"
+        else:
+            backend = "torch"
         logger.info("quantize --backend auto --method %s: %s", method, backend)
     if method is None:
         method = "static" if backend == "openvino" else "dynamic"
