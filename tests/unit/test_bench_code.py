@@ -76,7 +76,7 @@ def test_the_variants_table_marks_the_best_tuned_variant_on_validation():
     ]
 
 
-def test_more_training_pairs_never_trains_on_a_held_out_functions_code(tmp_path, monkeypatch):
+def test_more_training_pairs_add_as_many_new_pairs_and_never_a_held_out_functions_code(tmp_path, monkeypatch):
     def lines(rows):
         return "".join(json.dumps(r) + "\n" for r in rows)
 
@@ -86,15 +86,28 @@ def test_more_training_pairs_never_trains_on_a_held_out_functions_code(tmp_path,
     (tmp_path / "sets").mkdir()
     (base / "functions-validation.jsonl").write_text(lines([{"code": "def f():\n    return 1"}]))
     (base / "functions-test.jsonl").write_text(lines([{"code": "def g(x):\n    return x"}]))
+    train = tmp_path / "sets" / "train.jsonl"
+    train.write_text(lines([{"query": "own", "positive": "def a():\n    return 0", "id": 0}]))
     (more / "search-train.jsonl").write_text(
         lines(
             [
                 {"id": 1, "query": "one", "positive": "def f():  return 1"},  # a copy, spaced differently
                 {"id": 2, "query": "kept", "positive": "def h():\n    return 2"},
                 {"id": 3, "query": "ident", "positive": "def g(x):\n    return x"},
+                {"id": 4, "query": "again", "positive": "def a():\n    return 0"},  # a training pair's code
             ]
         )
     )
     monkeypatch.setattr(bc, "extract_search", lambda work, more_train=None, name="search-data": work / name)
-    kept = bc.read_jsonl(bc.more_training_pairs(tmp_path, base))
-    assert kept == [{"query": "kept", "positive": "def h():\n    return 2"}]
+    kept = bc.read_jsonl(bc.more_training_pairs(tmp_path, base, train))
+    assert kept == [
+        {"query": "own", "positive": "def a():\n    return 0"},
+        {"query": "kept", "positive": "def h():\n    return 2"},
+    ]
+
+    # As many new pairs as training pairs, sampled: never more.
+    (more / "search-train.jsonl").write_text(
+        lines([{"id": i, "query": f"q{i}", "positive": f"def h{i}():\n    return {i}"} for i in range(5)])
+    )
+    kept = bc.read_jsonl(bc.more_training_pairs(tmp_path, base, train))
+    assert len(kept) == 2 and kept[0]["query"] == "own" and kept[1]["query"].startswith("q")
