@@ -661,11 +661,32 @@ def load_fastembed(spec: dict):
 def toolkit_predictor(spec: dict):
     """The toolkit's ``Predictor`` for a contender's spec (its ``backend`` flag, if any) and the
     info row every benchmark records of it: the flags and the settings they resolved to."""
+    import logging
+
     from encoder_tasks.inference import Predictor
 
+    class AutoLines(logging.Handler):  # what --backend auto chose and why, for the row
+        def __init__(self):
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record):
+            if record.getMessage().startswith("backend auto"):
+                self.lines.append(record.getMessage())
+
+    runtimes_log = logging.getLogger("encoder_tasks.runtimes")
+    handler, level = AutoLines(), runtimes_log.level
+    runtimes_log.addHandler(handler)
+    runtimes_log.setLevel(logging.INFO)
     flags = {"backend": spec["params"]["backend"]} if spec["params"].get("backend") else {}
-    predictor = Predictor.load(spec["model_dir"], **flags)
+    try:
+        predictor = Predictor.load(spec["model_dir"], **flags)
+    finally:
+        runtimes_log.removeHandler(handler)
+        runtimes_log.setLevel(level)
     info = {"flags": flags, "model_dir": spec["model_dir"]}
+    if handler.lines:
+        info["auto"] = handler.lines
     info.update(
         {
             k: str(getattr(predictor.args, k))

@@ -81,9 +81,18 @@ MIN_GAIN = 1.0
 #: bf16 makes (all-MiniLM-L6-v2 on AMX: torch bf16 0.035 from fp32, OpenVINO bf16 0.042;
 #: benchmarks/results/bf16-runtime-20261202-001542.json).
 BF16_PARITY_FACTOR = 2.0
+#: Runtimes whose probe time is within this factor of the fastest runtime's are tied, and the one
+#: faster on the lone short probe input wins: what a request served at low load waits for. (On a
+#: 2-core AVX2 CPU OpenVINO fp32 timed 1.31x torch on the probes and ONNX Runtime 1.27x, and
+#: OpenVINO was kept, while ONNX Runtime encoded STS-B faster there and answered a lone sentence
+#: in far less time: docs/speed.md.)
+TIE_MARGIN = 1.05
+#: Passes over the lone short probe input per round when tied runtimes are timed on it.
+LONE_INPUT_PASSES = 10
 #: The version of what ``auto`` remembers: 2 added bf16 runtimes, 3 tries them on a CPU with native
-#: bf16 but no AMX too (older records are measured again).
-CHOICE_VERSION = 3
+#: bf16 but no AMX too, 4 breaks ties between runtimes on the lone input (older records are
+#: measured again).
+CHOICE_VERSION = 4
 #: Environment variables: the default backend, and the cache of exported graphs.
 BACKEND_ENV = "ENCODER_TASKS_BACKEND"
 CACHE_ENV = "ENCODER_TASKS_CACHE"
@@ -656,6 +665,7 @@ def _choose(
             contenders[name] = (candidate, contextlib.nullcontext)
     times = timed_rounds(contenders, batches)
     fastest = min(times, key=times.get)
+    fastest, tie = _break_tie(contenders, times, batches, fastest)
     # torch is the reference: a runtime replaces it only when clearly faster, not within the noise
     best = fastest if times["torch"] >= MIN_GAIN * times[fastest] else "torch"
     computes = {name: getattr(runtime, "precision", "fp32") for name, (runtime, _) in checked.items()}
@@ -663,6 +673,14 @@ def _choose(
     skipped = f"; failed parity: {', '.join(failed)}" if failed else ""
     why = "the fastest" if best == fastest else f"no runtime {MIN_GAIN:.2f}x faster"
     reason = f"{why} on probe batches, speed vs torch: {speeds}{skipped}"
+    if tie:
+        lone = ", ".join(
+            f"{name} {seconds * 1000 / LONE_INPUT_PASSES:.2f} ms" for name, seconds in tie.items()
+        )
+        reason = (
+            f"speed vs torch on probe batches: {speeds}{skipped}; {' and '.join(tie)} within "
+            f"{TIE_MARGIN:.2f}x of each other there, so the faster on a lone short input ({lone})"
+        )
     logger.info("backend auto: %s (%s)", best, reason)
     chosen = backend_of.get(best, best)
     busy = _busy()
@@ -670,12 +688,33 @@ def _choose(
         logger.info("backend auto: not remembered, the machine was busy while timing (%s)", busy)
     if decision is not None and not busy:
         record = {"backend": chosen, "reason": reason, "seconds": times, "failed_parity": sorted(failed)}
+        if tie:
+            record["lone_input_seconds"] = tie
         if best != "torch":
             record["compute"] = computes[best]  # fp32, or bf16
         _write_json(decision, record)
     if best != "torch":
         swap_encoder(model, checked[best][0])
     return chosen
+
+
+def _break_tie(contenders: dict, times: dict[str, float], batches, fastest: str) -> tuple[str, dict]:
+    """The runtime ``auto`` prefers and, where runtimes tie (within :data:`TIE_MARGIN` of the
+    fastest, ``fastest``, on the probes, and faster than torch), ``{name: seconds}`` of
+    :data:`LONE_INPUT_PASSES` passes over the lone short probe input (``batches[0]``), which
+    decides between them; else ``{}``."""
+    if fastest == "torch" or not batches:  # torch leads: nothing to break
+        return fastest, {}
+    # Only runtimes that beat torch too: the tie never hands the choice back to torch.
+    tied = sorted(
+        name
+        for name, t in times.items()
+        if name != "torch" and t <= TIE_MARGIN * times[fastest] and times["torch"] >= MIN_GAIN * t
+    )
+    if len(tied) < 2:
+        return fastest, {}
+    lone = timed_rounds({name: contenders[name] for name in tied}, batches[:1] * LONE_INPUT_PASSES)
+    return min(tied, key=lone.get), lone
 
 
 def _write_json(path: Path, value: dict) -> None:

@@ -104,3 +104,59 @@ def test_the_faster_of_a_runtimes_fp32_and_bf16_is_chosen_and_remembered(
     record = json.loads(decision.read_text())
     assert chosen == record["backend"] == "openvino" and record["compute"] == compute
     assert swapped == [bf16 if compute == "bf16" else fp32]
+
+
+def _choose_among(monkeypatch, tmp_path, probe_seconds, lone_seconds):
+    """``_choose`` over onnx and openvino with these probe and lone-input timings; returns the
+    choice, the runtime swapped in, the record and the contenders each timing call saw."""
+    calls = []
+
+    def timed(contenders, batches):
+        calls.append(sorted(contenders))
+        return dict(probe_seconds if len(batches) == 3 else {n: lone_seconds[n] for n in contenders})
+
+    monkeypatch.setattr(runtimes, "timed_rounds", timed)
+    monkeypatch.setattr(runtimes, "_busy", lambda: None)
+    swapped = []
+    monkeypatch.setattr(runtimes, "swap_encoder", lambda model, runtime: swapped.append(runtime))
+    passed = {"passed": True, "max_abs_diff": 0.0, "allowed": 1e-3}
+    onnx, openvino = nn.Identity(), nn.Identity()
+    checked = {"onnx": (onnx, passed), "openvino": (openvino, passed)}
+    model, decision = Holder(), tmp_path / "auto" / "choice.json"
+    probes = ["lone", "sentences", "longer"]
+    chosen = runtimes._choose(model, model.encoder, checked, probes, "fp32", decision)
+    runtime = {id(onnx): "onnx", id(openvino): "openvino"}[id(swapped[0])] if swapped else None
+    return chosen, runtime, json.loads(decision.read_text()), calls
+
+
+def test_runtimes_tied_on_the_probes_are_decided_by_a_lone_short_input(monkeypatch, tmp_path):
+    # OpenVINO 3% faster on the probes, ONNX Runtime twice as fast on a lone input: ONNX Runtime.
+    probes = {"torch": 1.0, "onnx": 0.79, "openvino": 0.77}
+    chosen, runtime, record, calls = _choose_among(
+        monkeypatch, tmp_path, probes, {"onnx": 0.03, "openvino": 0.06}
+    )
+    assert chosen == runtime == record["backend"] == "onnx"
+    assert calls == [["onnx", "openvino", "torch"], ["onnx", "openvino"]]  # the lone input: the tied only
+    assert record["lone_input_seconds"] == {"onnx": 0.03, "openvino": 0.06}
+    assert (
+        "onnx and openvino within 1.05x of each other there, so the faster on a lone short input"
+        in record["reason"]
+    )
+    assert "onnx 3.00 ms, openvino 6.00 ms" in record["reason"]
+
+
+def test_a_runtime_clearly_faster_on_the_probes_wins_without_the_lone_input(monkeypatch, tmp_path):
+    probes = {"torch": 1.0, "onnx": 0.9, "openvino": 0.7}
+    chosen, runtime, record, calls = _choose_among(
+        monkeypatch, tmp_path, probes, {"onnx": 0.03, "openvino": 0.06}
+    )
+    assert chosen == runtime == "openvino" and len(calls) == 1 and "lone_input_seconds" not in record
+
+
+def test_a_tie_never_picks_a_runtime_slower_than_torch(monkeypatch, tmp_path):
+    # ONNX Runtime is within 1.05x of OpenVINO but slower than torch: OpenVINO stands alone.
+    probes = {"torch": 1.0, "onnx": 1.02, "openvino": 0.98}
+    chosen, runtime, record, calls = _choose_among(
+        monkeypatch, tmp_path, probes, {"onnx": 0.01, "openvino": 0.06}
+    )
+    assert chosen == runtime == "openvino" and len(calls) == 1
