@@ -83,9 +83,9 @@ MIN_GAIN = 1.0
 BF16_PARITY_FACTOR = 2.0
 #: Runtimes whose probe time is within this factor of the fastest runtime's are tied, and the one
 #: faster on the lone short probe input wins: what a request served at low load waits for. (On a
-#: 2-core AVX2 CPU OpenVINO fp32 timed 1.31x torch on the probes and ONNX Runtime 1.27x, and
-#: OpenVINO was kept, while ONNX Runtime encoded STS-B faster there and answered a lone sentence
-#: in far less time: docs/speed.md.)
+#: 2-core AVX2 CPU the probes put OpenVINO fp32 at 1.27x torch and ONNX Runtime at 1.24x; the two
+#: encoded STS-B level, and a lone short input took 10.50 ms on OpenVINO against 6.94 ms:
+#: benchmarks/results/cpu-inference-full-20261207-202824.json, docs/speed.md.)
 TIE_MARGIN = 1.05
 #: Passes over the lone short probe input per round when tied runtimes are timed on it.
 LONE_INPUT_PASSES = 10
