@@ -664,15 +664,12 @@ def _choose(
         if check["passed"]:
             contenders[name] = (candidate, contextlib.nullcontext)
     times = timed_rounds(contenders, batches)
-    fastest = min(times, key=times.get)
-    fastest, tie = _break_tie(contenders, times, batches, fastest)
+    fastest, tie = _fastest(contenders, times, batches)
     # torch is the reference: a runtime replaces it only when clearly faster, not within the noise
     best = fastest if times["torch"] >= MIN_GAIN * times[fastest] else "torch"
     computes = {name: getattr(runtime, "precision", "fp32") for name, (runtime, _) in checked.items()}
     speeds = ", ".join(f"{name} {times['torch'] / t:.2f}x" for name, t in times.items())
     skipped = f"; failed parity: {', '.join(failed)}" if failed else ""
-    why = "the fastest" if best == fastest else f"no runtime {MIN_GAIN:.2f}x faster"
-    reason = f"{why} on probe batches, speed vs torch: {speeds}{skipped}"
     if tie:
         lone = ", ".join(
             f"{name} {seconds * 1000 / LONE_INPUT_PASSES:.2f} ms" for name, seconds in tie.items()
@@ -681,6 +678,9 @@ def _choose(
             f"speed vs torch on probe batches: {speeds}{skipped}; {' and '.join(tie)} within "
             f"{TIE_MARGIN:.2f}x of each other there, so the faster on a lone short input ({lone})"
         )
+    else:
+        why = "the fastest" if best == fastest else f"no runtime {MIN_GAIN:.2f}x faster"
+        reason = f"{why} on probe batches, speed vs torch: {speeds}{skipped}"
     logger.info("backend auto: %s (%s)", best, reason)
     chosen = backend_of.get(best, best)
     busy = _busy()
@@ -698,11 +698,12 @@ def _choose(
     return chosen
 
 
-def _break_tie(contenders: dict, times: dict[str, float], batches, fastest: str) -> tuple[str, dict]:
-    """The runtime ``auto`` prefers and, where runtimes tie (within :data:`TIE_MARGIN` of the
-    fastest, ``fastest``, on the probes, and faster than torch), ``{name: seconds}`` of
-    :data:`LONE_INPUT_PASSES` passes over the lone short probe input (``batches[0]``), which
-    decides between them; else ``{}``."""
+def _fastest(contenders: dict, times: dict[str, float], batches) -> tuple[str, dict]:
+    """The contender fastest on the probes (``times``) and ``{}``; or, where runtimes tie (within
+    :data:`TIE_MARGIN` of the fastest runtime, and faster than torch), the one faster on the lone
+    short probe input (``batches[0]``) and ``{name: seconds}`` of :data:`LONE_INPUT_PASSES`
+    passes over it."""
+    fastest = min(times, key=times.get)
     if fastest == "torch" or not batches:  # torch leads: nothing to break
         return fastest, {}
     # Only runtimes that beat torch too: the tie never hands the choice back to torch.
