@@ -4,6 +4,7 @@ learning rate, machine, scored by the same code.
     python -m benchmarks.bench_retrieval_st --size quick                       # smoke: minutes
     python -m benchmarks.bench_retrieval_st --size standard --langs en,zh      # the measurement
     python -m benchmarks.bench_retrieval_st --size standard --phase cached-steps  # GradCache steps, interleaved
+    python -m benchmarks.bench_retrieval_st --size standard --phase samplers --langs zh --seeds 1  # on validation
     python -m benchmarks.bench_retrieval_st --size standard --phase rerank        # rerankers vs CrossEncoder
 
 The sets and mined negatives are :mod:`benchmarks.bench_retrieval`'s (the same ``--work`` folder
@@ -199,6 +200,58 @@ def run_lang(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
                     "%s seed %d %s %s: nDCG@10 %.4f", lang, seed, row, side, record["dim384"]["ndcg@10"]
                 )
     return results
+
+
+#: The samplers ``--phase samplers`` compares, on the rows with mined negatives (validation only).
+SAMPLERS = ("no_duplicates", "shared_negatives")
+
+
+def sampler_variants(lang: str, size: dict, seeds: list[int], work: Path) -> dict:
+    """``{row: {sampler: [per seed]}}``: the toolkit's rows with mined negatives trained under each
+    of :data:`SAMPLERS` and scored on the *validation* questions (the test split stays untouched,
+    so the result can choose a default). The steps count how many batches each sampler made."""
+    splits = br.build_splits(lang, size, work)
+    folder = work / lang
+    br.mine(MINILM, folder, size, "n-tuple", 1)
+    results: dict = {}
+    for seed in seeds:
+        for row, (flags, kind, file, batch) in ROWS.items():
+            if "--negative_columns" not in flags:
+                continue  # without mined negatives the two samplers build the same batches
+            # The sampler that goes first alternates with the seed, as the sides of run_lang do.
+            for sampler in sorted(SAMPLERS, reverse=seed % 2 == 1):
+                out = folder / f"seed{seed}" / f"sampler-{sampler}-{kind}-b{batch or size['batch']}"
+
+                def measure(out=out, flags=flags, file=file, batch=batch, seed=seed, sampler=sampler):
+                    timing = train_toolkit(
+                        out, folder / file, size, seed, [*flags, "--batch_sampler", sampler], batch
+                    )
+                    return {**timing, **scored(out, splits["validation"], size, False)}
+
+                record = cached(out.with_name(out.name + "-bench.json"), measure)
+                results.setdefault(row, {}).setdefault(sampler, []).append(record)
+                logger.info("%s seed %d %s %s: %d steps, validation nDCG@10 %.4f", lang, seed, row, sampler,
+                            record["train_steps"], record["dim384"]["ndcg@10"])  # fmt: skip
+    return results
+
+
+def sampler_tables(results: dict) -> dict:
+    rows = []
+    for lang, by_row in results.items():
+        for row, samplers in by_row.items():
+            for sampler, runs in samplers.items():
+                rows.append([lang, row, sampler, "/".join(str(r["train_steps"]) for r in runs),
+                             _cell(runs, "ndcg@10"), _cell(runs, "recall@10"), _cell(runs, "mrr@10"),
+                             f"{_mean_wall(runs):.1f}", len(runs)])  # fmt: skip
+    return {
+        "samplers": {
+            "columns": ["lang", "row", "--batch_sampler", "steps (per seed)", "validation nDCG@10",
+                        "recall@10", "MRR@10", "train wall s", "seeds"],
+            "rows": rows,
+            "notes": "validation questions and paragraphs (the test split is not read); the toolkit only; "
+                     "metrics in %, mean ± sample std over seeds",
+        }
+    }  # fmt: skip
 
 
 def cached_step_times(work: Path, size: dict, batches: int, repeats: int) -> dict:
@@ -599,8 +652,10 @@ def main() -> None:
     )
     parser.add_argument("--rows", default="all",
                         help="row names separated by ';' (default all): ROWS, or RERANK_ROWS with --phase rerank")  # fmt: skip
-    parser.add_argument("--phase", choices=("train", "cached-steps", "rerank", "rerank-steps"), default="train",
-                        help="train: the rows, both trainers; cached-steps: one GradCache step of each side, "
+    parser.add_argument("--phase", choices=("train", "samplers", "cached-steps", "rerank", "rerank-steps"),
+                        default="train",
+                        help="train: the rows, both trainers; samplers: the toolkit's rows with mined negatives "
+                             "under each batch sampler, on validation; cached-steps: one GradCache step of each side, "
                              "interleaved on the same batches (English); rerank: the toolkit's reranker against "
                              "sentence-transformers' CrossEncoder trainer; rerank-steps: one listwise reranker "
                              "step of each side, interleaved on the same batches (English, seed 42's rows)")  # fmt: skip
@@ -637,6 +692,14 @@ def main() -> None:
         for name in set(table) - set(wanted):
             table.pop(name)
     seeds = list(range(42, 42 + (args.seeds or size["seeds"])))
+    if args.phase == "samplers":
+        results = {lang: sampler_variants(lang, size, seeds, work) for lang in args.langs.split(",")}
+        payload = {"size": args.size, "seeds": seeds, "samplers": list(SAMPLERS), "rows": {k: list(v) for k, v in ROWS.items()},
+                   "bf16": training_bf16(), "results": results, "tables": sampler_tables(results)}  # fmt: skip
+        t = payload["tables"]["samplers"]
+        print_table([dict(zip(t["columns"], r)) for r in t["rows"]], t["columns"])
+        print(f"results: {save_results('retrieval-st-samplers', payload)}")
+        return
     if args.phase == "rerank":
         results = {lang: rerank_lang(lang, size, seeds, work) for lang in args.langs.split(",")}
         payload = {"size": args.size, "seeds": seeds, "toolkit_variant": {RERANK_VARIANT: br.RERANK_VARIANTS[RERANK_VARIANT]},

@@ -53,13 +53,24 @@ def test_cosent_train_evaluate_predict(tiny_models, scored, tmp_path, family):
     assert [r["score"] for r in rows] == pytest.approx(cosines.tolist(), abs=1e-3)
 
 
-def test_mnrl_with_hard_negatives_and_retrieval_evaluation(tiny_bert, tmp_path):
+@pytest.mark.parametrize("sampler", ["no_duplicates", "shared_negatives"])
+def test_mnrl_with_hard_negatives_and_retrieval_evaluation(tiny_bert, tmp_path, sampler):
     lines = ["anchor,positive,negative"] + [
         f"{a},{b},{SCORED_PAIRS[(i + 3) % 8][1]}" for i, (a, b, _) in enumerate(SCORED_PAIRS)
     ]
     data = write(tmp_path / "triples.csv", "\n".join(lines) + "\n")
     out = tmp_path / "run"
-    flags = ["--negative_columns", "negative", "--symmetric", "true", "--retrieval_k", "1,3", *FAST]
+    flags = [
+        "--negative_columns",
+        "negative",
+        "--symmetric",
+        "true",
+        "--retrieval_k",
+        "1,3",
+        "--batch_sampler",
+        sampler,
+    ]
+    flags += FAST
     metrics = run_train("embedding", tiny_bert, data, out, *flags, validation=data)
     assert metrics["eval_queries"] == 8 and metrics["eval_corpus_size"] == 15  # "the cat sat" twice
     # recomputed from the saved model: each anchor ranks the other distinct texts by cosine, and
@@ -80,6 +91,7 @@ def test_mnrl_with_hard_negatives_and_retrieval_evaluation(tiny_bert, tmp_path):
     assert metrics["eval_mrr@10"] == pytest.approx(np.mean(np.where(ranks <= 10, 1 / ranks, 0)))
     assert metrics["eval_ndcg@10"] == pytest.approx(np.mean(np.where(ranks <= 10, 1 / np.log2(ranks + 1), 0)))
     assert read_json(out / "encoder_tasks.json")["head_config"]["loss"] == "mnrl"
+    assert read_json(out / "encoder_tasks.json")["settings"]["batch_sampler"] == sampler
 
 
 @pytest.fixture

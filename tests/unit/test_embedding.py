@@ -152,6 +152,16 @@ def test_duplicate_texts_share_keys(tmp_path, tiny_bert):
     assert keys[0][0] == keys[1][0] and keys[0][1] == keys[2][1] and keys[1][1] != keys[2][1]
 
 
+def test_duplicate_keys_split_mined_negatives_from_the_rest(tmp_path, tiny_bert):
+    tok = load_tokenizer(tiny_bert)
+    args = EmbeddingArguments(negative_columns="negative")
+    prepared = TASK.prepare({"train": split(tmp_path, "t.csv", TRIPLES)}, tok, args, DataArguments())
+    every, owned, negatives = (duplicate_keys(prepared.train, negatives=n) for n in (None, False, True))
+    assert [len(k) for k in every] == [3, 3, 3]
+    assert all(e == o + n for e, o, n in zip(every, owned, negatives))
+    assert negatives[1] == (tuple(tok("the dog ran")["input_ids"]),)
+
+
 @pytest.mark.parametrize("family", ["bert", "roberta", "modernbert"])
 @pytest.mark.parametrize("pooling", ["mean", "cls", "max"])
 def test_embeddings_do_not_depend_on_padding(tiny_models, family, pooling):

@@ -109,6 +109,31 @@ def test_sampler_keeps_duplicates_out_and_covers_every_row():
     assert len(sampler) == len(list(sampler))
 
 
+def test_sampler_with_shared_negatives_fills_batches_without_false_negatives():
+    # Mined negatives gather on a few popular texts, as on CMRC's paragraphs; some popular
+    # negatives are also other rows' positives.
+    rng = random.Random(2)
+    popular = [f"d{i}" for i in range(4)]
+    keys = [(f"q{i}", f"d{i}") for i in range(120)]
+    negatives = [(rng.choice([d for d in popular if d != f"d{i}"]),) for i in range(120)]
+    strict = DuplicateFreeBatchSampler([k + n for k, n in zip(keys, negatives)], batch_size=16, seed=0)
+    shared = DuplicateFreeBatchSampler(keys, batch_size=16, seed=0, shared=negatives)
+    batches = list(shared)
+    assert sorted(i for b in batches for i in b) == list(range(120))
+    assert len(batches) < len(strict)  # fuller batches: fewer of them
+    assert sum(len(b) > 1 and len({negatives[i] for i in b}) < len(b) for b in batches) > 0  # shared
+    for batch in batches:
+        owned = [t for i in batch for t in keys[i]]
+        assert len(owned) == len(set(owned))  # queries and positives still once a batch
+        # a shared negative is never the positive (or query) of a row of its batch
+        assert not {t for i in batch for t in negatives[i]} & set(owned)
+
+
+def test_sampler_refuses_shared_texts_of_another_length():
+    with pytest.raises(ValueError, match="shared holds 1 rows, keys 2"):
+        DuplicateFreeBatchSampler([("a",), ("b",)], 2, shared=[("n",)])
+
+
 def test_sampler_never_leaves_a_process_without_rows():
     # the last rows all share a text: one-row leftover batches, which two processes cannot split
     keys = [(f"a{i}", f"b{i}") for i in range(4)] + [("same", f"c{i}") for i in range(3)]

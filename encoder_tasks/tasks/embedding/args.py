@@ -27,7 +27,7 @@ LOSSES = ("mnrl", "cosent", "cosine")
 #: Losses that learn from a score per pair (the others from positives and negatives).
 SCORED_LOSSES = ("cosent", "cosine")
 EVALUATIONS = ("auto", "sts", "retrieval", "both")
-SAMPLERS = ("no_duplicates", "random")
+SAMPLERS = ("no_duplicates", "shared_negatives", "random")
 #: The pooling modes of :class:`encoder_tasks.heads.Pooler`.
 POOLINGS = ("cls", "mean", "max")
 #: Where ``encode`` writes vectors: ``.npy`` (with an ``.ids.json`` beside it) or JSON lines.
@@ -138,7 +138,9 @@ class EmbeddingArguments:
     batch_sampler: str = field(
         default="no_duplicates",
         metadata={
-            "help": "no_duplicates (no text twice in a batch: in-batch negatives stay true) or random."
+            "help": "no_duplicates (no text twice in a batch: in-batch negatives stay true), "
+            "shared_negatives (the same, but rows of a batch may share a mined negative: fuller "
+            "batches where negatives gather on a few texts) or random."
         },
     )
     evaluation: str = field(

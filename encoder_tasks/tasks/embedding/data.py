@@ -243,8 +243,13 @@ def _training_rows(split: Split, tokenizer, settings: EmbeddingSettings):
     return datasets.Dataset.from_dict(columns)
 
 
-def duplicate_keys(dataset) -> list[tuple]:
-    """The texts of every training row, as token-id tuples (equal texts, equal keys)."""
-    groups = [c for c in dataset.column_names if c.endswith("_input_ids")]
+def duplicate_keys(dataset, negatives: bool | None = None) -> list[tuple]:
+    """The texts of every training row, as token-id tuples (equal texts, equal keys): all of
+    them, or with ``negatives`` True only the mined negatives' and False all but those."""
+    groups = [
+        c
+        for c in dataset.column_names
+        if c.endswith("_input_ids") and (negatives is None or c.startswith("negative_") == negatives)
+    ]
     columns = [dataset[c] for c in groups]
     return [tuple(tuple(col[i]) for col in columns) for i in range(len(dataset))]

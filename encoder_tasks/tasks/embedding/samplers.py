@@ -5,6 +5,14 @@ row's positive, the model is trained to push a text away from itself. The sample
 (seeded, a new order each epoch) and fills each batch with rows whose texts are not yet in
 it; skipped rows wait for a later batch.
 
+Mined negatives gather on a few popular texts (one Chinese paragraph is the mined negative of
+56 of 1,500 rows), and a batch that may hold each text once then needs at least that many
+batches: the epoch ends in ever shorter ones with few in-batch negatives each. Given
+``shared`` texts per row (the mined negatives), the sampler lets several rows of a batch share
+such a text, as long as it is no row's anchor or positive in that batch: a repeated negative is
+still a true negative for every query, while a negative that is another row's positive would
+not be.
+
 Under several processes every process builds the same *global* batches (same seed) of
 ``batch_size x world_size`` rows and takes its own slice, so gathered negatives are
 duplicate-free across devices too.
@@ -22,13 +30,18 @@ class DuplicateFreeBatchSampler(Sampler[list[int]]):
     """Yield lists of row indices; no text (key) occurs twice in one (global) batch.
 
     ``keys[i]`` holds the texts of row ``i`` (anchor, positive, negatives), as anything
-    hashable (strings, token-id tuples).
+    hashable (strings, token-id tuples). ``shared[i]``, if given, holds row ``i``'s texts that
+    other rows of its batch may hold too, in their own ``shared`` (its mined negatives); they
+    must still be no other row's ``keys`` text of that batch.
 
     Example:
         >>> keys = [("a", "b"), ("a", "c"), ("d", "e"), ("f", "g")]
         >>> batches = list(DuplicateFreeBatchSampler(keys, batch_size=2, seed=0))
         >>> sorted(i for b in batches for i in b), all(not {0, 1} <= set(b) for b in batches)
         ([0, 1, 2, 3], True)
+        >>> keys, negatives = [("q1", "p1"), ("q2", "p2")], [("n",), ("n",)]
+        >>> list(DuplicateFreeBatchSampler(keys, batch_size=2, shared=negatives))
+        [[0, 1]]
     """
 
     def __init__(
@@ -39,10 +52,14 @@ class DuplicateFreeBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
+        shared: Sequence[Sequence[Hashable]] | None = None,
     ):
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if shared is not None and len(shared) != len(keys):
+            raise ValueError(f"shared holds {len(shared)} rows, keys {len(keys)}: one entry a row in each")
         self.keys = [tuple(k) for k in keys]
+        self.shared = [tuple(k) for k in shared] if shared is not None else [() for _ in self.keys]
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.seed = seed
@@ -62,12 +79,15 @@ class DuplicateFreeBatchSampler(Sampler[list[int]]):
         batches: list[list[int]] = []
         remaining = order
         while remaining:
-            batch, seen, skipped = [], set(), []
+            # seen: every text of the batch so far; owned: the ones no other row may hold.
+            batch, seen, owned, skipped = [], set(), set(), []
             for position, index in enumerate(remaining):
-                texts = self.keys[index]
-                if len(batch) < size and seen.isdisjoint(texts):
+                texts, shared = self.keys[index], self.shared[index]
+                if len(batch) < size and seen.isdisjoint(texts) and owned.isdisjoint(shared):
                     batch.append(index)
+                    owned.update(texts)
                     seen.update(texts)
+                    seen.update(shared)
                     if len(batch) == size:
                         skipped.extend(remaining[position + 1 :])
                         break

@@ -67,10 +67,16 @@ class EmbeddingTrainer(EncoderTaskTrainer):
 
     def get_train_dataloader(self):
         dataset = self.train_dataset
-        distinct = self.task_settings.batch_sampler == "no_duplicates"
-        keys = duplicate_keys(dataset) if distinct else [(i,) for i in range(len(dataset))]
+        mode, shared = self.task_settings.batch_sampler, None
+        if mode == "no_duplicates":
+            keys = duplicate_keys(dataset)
+        elif mode == "shared_negatives":
+            keys, shared = duplicate_keys(dataset, negatives=False), duplicate_keys(dataset, negatives=True)
+        else:
+            keys = [(i,) for i in range(len(dataset))]
         sampler = DuplicateFreeBatchSampler(
             keys,
+            shared=shared,
             batch_size=self._train_batch_size,
             drop_last=self.args.dataloader_drop_last,
             seed=self.args.seed,
