@@ -1,6 +1,8 @@
 """Bi-encoder task: data preparation, the model, saving in the sentence-transformers layout."""
 
 import json
+import logging
+import types
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,9 @@ from encoder_tasks.tasks.embedding.args import EmbeddingArguments
 from encoder_tasks.tasks.embedding.data import duplicate_keys
 from encoder_tasks.tasks.embedding.evaluation import retrieval_corpus
 from encoder_tasks.tasks.embedding.model import BiEncoder, encode_texts, load_bi_encoder, merged_passes
+from encoder_tasks.tasks.embedding.samplers import DuplicateFreeBatchSampler
 from encoder_tasks.tasks.embedding.st_layout import read_max_seq_length, read_sentence_transformers_pooling
+from encoder_tasks.tasks.embedding.trainer import EmbeddingTrainer
 from tests.helpers import write
 
 TASK = EmbeddingTask()
@@ -160,6 +164,24 @@ def test_duplicate_keys_split_mined_negatives_from_the_rest(tmp_path, tiny_bert)
     assert [len(k) for k in every] == [3, 3, 3]
     assert all(e == o + n for e, o, n in zip(every, owned, negatives))
     assert negatives[1] == (tuple(tok("the dog ran")["input_ids"]),)
+
+
+def test_training_says_when_a_shared_negative_costs_batches(tmp_path, tiny_bert, caplog):
+    tok = load_tokenizer(tiny_bert)
+    rows = "".join(f"query {i},passage {i},the one popular passage\n" for i in range(8))
+    args = EmbeddingArguments(negative_columns="negative")
+    prepared = TASK.prepare(
+        {"train": split(tmp_path, "t.csv", "anchor,positive,negative\n" + rows)}, tok, args, DataArguments()
+    )
+    trainer = types.SimpleNamespace(task_settings=prepared.settings)
+    with caplog.at_level(logging.INFO, logger="encoder_tasks.tasks.embedding.trainer"):
+        EmbeddingTrainer._report_batches(
+            trainer, DuplicateFreeBatchSampler(duplicate_keys(prepared.train), 4), prepared.train
+        )
+    # each batch may hold the popular negative once: 8 batches of 1 row where 8 rows fill 2
+    assert "8 training batches an epoch, up to 4 rows each (0 full), from 8 rows" in caplog.text
+    assert "8 batches where 8 rows would fill 2; --batch_sampler shared_negatives" in caplog.text
+    assert "makes 2" in caplog.text
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "modernbert"])

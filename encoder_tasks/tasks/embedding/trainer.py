@@ -9,6 +9,8 @@ the evaluation mode, the recall cut-offs, the Matryoshka sizes) and the training
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 
 import torch
@@ -21,6 +23,8 @@ from .data import duplicate_keys
 from .evaluation import evaluate_embeddings
 from .matryoshka import MatryoshkaLoss
 from .samplers import DuplicateFreeBatchSampler
+
+logger = logging.getLogger(__name__)
 
 
 def embedding_loss(bi_encoder, labels=None, matryoshka_dims=None):
@@ -83,8 +87,39 @@ class EmbeddingTrainer(EncoderTaskTrainer):
             rank=self.args.process_index,
             world_size=self.args.world_size,
         )
+        if self.is_world_process_zero():
+            self._report_batches(sampler, dataset)
         # Each process already gets its own slice of a global batch from the sampler.
         return self._batch_sampler_dataloader(dataset, sampler, self.data_collator)
+
+    def _report_batches(self, sampler: DuplicateFreeBatchSampler, dataset) -> None:
+        """Say how many batches the sampler made, and why there are more than rows / batch size:
+        rows that repeat a text wait for a later batch, and the epoch ends in short batches with
+        few in-batch negatives. Where mined negatives cause it, name the sampler that fixes it."""
+        size = sampler.batch_size * sampler.world_size
+        batches = sampler.global_batches(sampler.epoch)
+        planned = math.ceil(len(dataset) / size)
+        full = sum(len(b) == size for b in batches)
+        logger.info(
+            "%d training batches an epoch, up to %d rows each (%d full), from %d rows",
+            len(batches),
+            size,
+            full,
+            len(dataset),
+        )
+        if len(batches) <= planned * 1.1 or self.task_settings.batch_sampler != "no_duplicates":
+            return
+        owned, negatives = duplicate_keys(dataset, negatives=False), duplicate_keys(dataset, negatives=True)
+        if not any(negatives):
+            logger.info("rows that repeat a text (a query or positive shared by rows) wait for later batches: "
+                        "%d batches where %d rows would fill %d", len(batches), len(dataset), planned)  # fmt: skip
+            return
+        shared = len(
+            DuplicateFreeBatchSampler(owned, size, seed=sampler.seed, shared=negatives).global_batches(0)
+        )
+        logger.info("rows that repeat a text wait for later batches: %d batches where %d rows would fill %d; "
+                    "--batch_sampler shared_negatives (rows may share a mined negative) makes %d",
+                    len(batches), len(dataset), planned, shared)  # fmt: skip
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The model's own loss, unless Matryoshka sizes or ``--cache_chunk_size`` ask for more."""
