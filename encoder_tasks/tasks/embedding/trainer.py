@@ -95,7 +95,9 @@ class EmbeddingTrainer(EncoderTaskTrainer):
     def _report_batches(self, sampler: DuplicateFreeBatchSampler, dataset) -> None:
         """Say how many batches the sampler made, and why there are more than rows / batch size:
         rows that repeat a text wait for a later batch, and the epoch ends in short batches with
-        few in-batch negatives. Where mined negatives cause it, name the sampler that fixes it."""
+        few in-batch negatives. Where rows hold mined negatives, also say how many batches
+        ``--batch_sampler shared_negatives`` would make (measured not better on the Chinese
+        retrieval rows, docs/retrieval.md, so the choice is left to the user)."""
         size = sampler.batch_size * sampler.world_size
         batches = sampler.global_batches(sampler.epoch)
         planned = math.ceil(len(dataset) / size)
