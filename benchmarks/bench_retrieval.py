@@ -143,8 +143,10 @@ def cli(argv: list[str]) -> None:
 
 
 def train_embedding(out: Path, train: Path, size: dict, seed: int, *flags) -> Path:
+    # A finished run has its model files (written last); a folder without them is this
+    # benchmark's own run that was stopped part-way, so it is trained again from the start.
     if not (out / "encoder_tasks.json").is_file():
-        cli(["embedding", "train", "--model_name_or_path", MINILM, "--train_file", train, "--output_dir", out,
+        cli(["embedding", "train", "--overwrite_output_dir", "true", "--model_name_or_path", MINILM, "--train_file", train, "--output_dir", out,
              "--max_length", size["max_length"], "--num_train_epochs", size["epochs"],
              "--per_device_train_batch_size", size["batch"], "--learning_rate", "2e-5", "--seed", seed,
              "--save_strategy", "no", "--report_to", "none", "--logging_steps", "20", "--disable_tqdm", "true",
@@ -404,8 +406,8 @@ def train_reranker(out: Path, labelled: Path, size: dict, seed: int, *flags) -> 
     # The listwise variants were named and run when in-batch negatives defaulted to 0 (a variant
     # that wants them says so, and its flag comes later and wins): pinned so each keeps its meaning.
     pinned = ["--listwise_in_batch_negatives", "0"] if listwise else []
-    if not (out / "encoder_tasks.json").is_file():
-        cli(["pair", "train", "--model_name_or_path", MINILM, "--train_file", labelled, "--output_dir", out,
+    if not (out / "encoder_tasks.json").is_file():  # else finished; a folder without it was stopped
+        cli(["pair", "train", "--overwrite_output_dir", "true", "--model_name_or_path", MINILM, "--train_file", labelled, "--output_dir", out,
              "--text_column", columns[0], "--text_pair_column", columns[1], "--label_column", "label",
              "--max_length", size["max_length"] + 32, "--num_train_epochs", size["epochs"],
              "--per_device_train_batch_size", size["batch"], "--seed", seed,
