@@ -175,9 +175,9 @@ def test_training_says_when_a_shared_negative_costs_batches(tmp_path, tiny_bert,
     )
     trainer = types.SimpleNamespace(task_settings=prepared.settings)
     with caplog.at_level(logging.INFO, logger="encoder_tasks.tasks.embedding.trainer"):
-        EmbeddingTrainer._report_batches(
-            trainer, DuplicateFreeBatchSampler(duplicate_keys(prepared.train), 4), prepared.train
-        )
+        owned, negatives = (duplicate_keys(prepared.train, negatives=n) for n in (False, True))
+        sampler = DuplicateFreeBatchSampler(duplicate_keys(prepared.train), 4)
+        EmbeddingTrainer._report_batches(trainer, sampler, owned, negatives)
     # each batch may hold the popular negative once: 8 batches of 1 row where 8 rows fill 2
     assert "8 training batches an epoch, up to 4 rows each (0 full), from 8 rows" in caplog.text
     assert "8 batches where 8 rows would fill 2; --batch_sampler shared_negatives" in caplog.text

@@ -66,13 +66,21 @@ class DuplicateFreeBatchSampler(Sampler[list[int]]):
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
-        self._length: tuple[int, int] | None = None
+        # The last epoch's batches: len(), iteration and the trainer's report all ask for them,
+        # and building them takes a pass over the rows per batch where texts repeat.
+        self._built: tuple[int, list[list[int]]] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def global_batches(self, epoch: int) -> list[list[int]]:
-        """All global batches of one epoch (the same on every process)."""
+        """All global batches of one epoch (the same on every process; built once, not to be
+        changed by the caller)."""
+        if self._built is None or self._built[0] != epoch:
+            self._built = (epoch, self._build(epoch))
+        return self._built[1]
+
+    def _build(self, epoch: int) -> list[list[int]]:
         order = list(range(len(self.keys)))
         random.Random(self.seed + epoch).shuffle(order)
         size = self.batch_size * self.world_size
@@ -108,6 +116,4 @@ class DuplicateFreeBatchSampler(Sampler[list[int]]):
             yield batch[self.rank :: self.world_size]
 
     def __len__(self) -> int:
-        if self._length is None or self._length[0] != self.epoch:
-            self._length = (self.epoch, len(self.global_batches(self.epoch)))
-        return self._length[1]
+        return len(self.global_batches(self.epoch))

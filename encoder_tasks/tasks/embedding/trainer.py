@@ -71,13 +71,18 @@ class EmbeddingTrainer(EncoderTaskTrainer):
 
     def get_train_dataloader(self):
         dataset = self.train_dataset
-        mode, shared = self.task_settings.batch_sampler, None
-        if mode == "no_duplicates":
-            keys = duplicate_keys(dataset)
-        elif mode == "shared_negatives":
-            keys, shared = duplicate_keys(dataset, negatives=False), duplicate_keys(dataset, negatives=True)
-        else:
+        mode, owned, negatives, shared = self.task_settings.batch_sampler, None, None, None
+        if mode == "random":
             keys = [(i,) for i in range(len(dataset))]
+        else:  # read once: the report below needs the same split
+            owned, negatives = (
+                duplicate_keys(dataset, negatives=False),
+                duplicate_keys(dataset, negatives=True),
+            )
+            if mode == "shared_negatives":
+                keys, shared = owned, negatives
+            else:  # no_duplicates: a mined negative may not repeat in a batch either
+                keys = [o + n for o, n in zip(owned, negatives)]
         sampler = DuplicateFreeBatchSampler(
             keys,
             shared=shared,
@@ -88,40 +93,40 @@ class EmbeddingTrainer(EncoderTaskTrainer):
             world_size=self.args.world_size,
         )
         if self.is_world_process_zero():
-            self._report_batches(sampler, dataset)
+            self._report_batches(sampler, owned, negatives)
         # Each process already gets its own slice of a global batch from the sampler.
         return self._batch_sampler_dataloader(dataset, sampler, self.data_collator)
 
-    def _report_batches(self, sampler: DuplicateFreeBatchSampler, dataset) -> None:
+    def _report_batches(self, sampler: DuplicateFreeBatchSampler, owned=None, negatives=None) -> None:
         """Say how many batches the sampler made, and why there are more than rows / batch size:
         rows that repeat a text wait for a later batch, and the epoch ends in short batches with
         few in-batch negatives. Where rows hold mined negatives, also say how many batches
         ``--batch_sampler shared_negatives`` would make (measured not better on the Chinese
-        retrieval rows, docs/retrieval.md, so the choice is left to the user)."""
-        size = sampler.batch_size * sampler.world_size
+        retrieval rows, docs/retrieval.md, so the choice is left to the user). ``owned`` and
+        ``negatives``: the rows' texts as the sampler was given them (``duplicate_keys``)."""
+        size, rows = sampler.batch_size * sampler.world_size, len(sampler.keys)
         batches = sampler.global_batches(sampler.epoch)
-        planned = math.ceil(len(dataset) / size)
+        planned = math.ceil(rows / size)
         full = sum(len(b) == size for b in batches)
         logger.info(
             "%d training batches an epoch, up to %d rows each (%d full), from %d rows",
             len(batches),
             size,
             full,
-            len(dataset),
+            rows,
         )
         if len(batches) <= planned * 1.1 or self.task_settings.batch_sampler != "no_duplicates":
             return
-        owned, negatives = duplicate_keys(dataset, negatives=False), duplicate_keys(dataset, negatives=True)
         if not any(negatives):
             logger.info("rows that repeat a text (a query or positive shared by rows) wait for later batches: "
-                        "%d batches where %d rows would fill %d", len(batches), len(dataset), planned)  # fmt: skip
+                        "%d batches where %d rows would fill %d", len(batches), rows, planned)  # fmt: skip
             return
         shared = len(
             DuplicateFreeBatchSampler(owned, size, seed=sampler.seed, shared=negatives).global_batches(0)
         )
         logger.info("rows that repeat a text wait for later batches: %d batches where %d rows would fill %d; "
                     "--batch_sampler shared_negatives (rows may share a mined negative) makes %d",
-                    len(batches), len(dataset), planned, shared)  # fmt: skip
+                    len(batches), rows, planned, shared)  # fmt: skip
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The model's own loss, unless Matryoshka sizes or ``--cache_chunk_size`` ask for more."""
